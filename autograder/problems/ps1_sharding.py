@@ -1,0 +1,87 @@
+"""Registry entries for ps1_sharding: shard-local work (Problem 1)."""
+from __future__ import annotations
+
+import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
+
+from .. import rules
+from ..references import ps1_sharding as ref
+from ..registry import Case, Problem, register
+
+ASSIGNMENT = "ps1_sharding"
+
+
+def _average_case(rng, x, y, size):
+    return Case((ref.activations(rng, x, y, size),))
+
+
+def _average_baseline(A, mesh):
+    x = mesh.shape["X"]
+    return A.reshape(x, A.shape[0] // x, A.shape[1]).mean(axis=1)
+
+
+def _roll_case(rng, x, y, size):
+    a = ref.activations(rng, x, y, size)
+    return Case((a, ref.random_shift(rng, a, x)))
+
+
+def _roll_edges(x, y):
+    import numpy as np
+
+    rng = np.random.default_rng([x, y, 7])
+    a = ref.activations(rng, x, y, "grade")
+    return [Case((a, s), "edge shift") for s in ref.edge_shifts(a.shape[0] // x)]
+
+
+def _roll_baseline(A, shift, mesh):
+    x = mesh.shape["X"]
+    blocks = A.reshape(x, A.shape[0] // x, A.shape[1])
+    return (jnp.roll(blocks, shift, axis=1) - blocks).reshape(A.shape)
+
+
+LOCAL_ONLY = rules.all_of(rules.no_collectives_written, rules.no_compiled_collectives)
+
+register(Problem(
+    name="shard_average_jit",
+    assignment=ASSIGNMENT,
+    points=3,
+    statement="Row i of the f32[X, D] result is the mean of the rows held by X-shard i; "
+              "global-view jnp code under jit, no shard_map, no communication.",
+    arg_names=("A",),
+    in_specs=(P("X", "Y"),),
+    out_spec=P("X", "Y"),
+    make_case=_average_case,
+    reference=ref.shard_average_reference,
+    baseline=_average_baseline,
+    rules=(rules.all_of(rules.no_shard_map, rules.no_compiled_collectives),),
+))
+
+register(Problem(
+    name="shard_average_shard_map",
+    assignment=ASSIGNMENT,
+    points=3,
+    statement="The same per-shard average written with jax.shard_map and no collectives.",
+    arg_names=("A",),
+    in_specs=(P("X", "Y"),),
+    out_spec=P("X", "Y"),
+    make_case=_average_case,
+    reference=ref.shard_average_reference,
+    baseline=_average_baseline,
+    rules=(rules.all_of(rules.uses_shard_map, LOCAL_ONLY),),
+))
+
+register(Problem(
+    name="roll_diff",
+    assignment=ASSIGNMENT,
+    points=4,
+    statement="In each X-shard block b, roll(b, shift, axis=0) - b, with shard_map and no "
+              "collectives; any integer shift.",
+    arg_names=("A", "shift"),
+    in_specs=(P("X", "Y"), None),
+    out_spec=P("X", "Y"),
+    make_case=_roll_case,
+    reference=ref.roll_diff_reference,
+    baseline=_roll_baseline,
+    rules=(rules.all_of(rules.uses_shard_map, LOCAL_ONLY),),
+    edge_cases=_roll_edges,
+))

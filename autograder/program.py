@@ -1,0 +1,271 @@
+"""What a student's program does, read from its jaxpr and its compiled module.
+
+The structure checks judge the program the student *wrote* (the jaxpr: every collective with its
+axes, bytes, permutation and how many times a loop runs it), because XLA:CPU may merge or drop
+collectives when it optimises. "No communication added by the compiler" is judged on the compiled
+module instead, where GSPMD's own collectives appear.
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import numpy as np
+
+#: jaxpr primitive -> the collective kind used in rules and messages.
+COLLECTIVE_KINDS = {
+    "psum": "psum",
+    "psum_invariant": "psum",
+    "psum2": "psum",
+    "pmax": "pmax",
+    "pmin": "pmin",
+    "ppermute": "ppermute",
+    "all_gather": "all_gather",
+    "all_gather_invariant": "all_gather",
+    "all_to_all": "all_to_all",
+    "ragged_all_to_all": "ragged_all_to_all",
+    "reduce_scatter": "psum_scatter",
+    "psum_scatter": "psum_scatter",
+    "pbroadcast": None,  # type-level only
+}
+
+#: HLO op names of the compiled module that move data between devices.
+HLO_COLLECTIVES = (
+    "all-gather",
+    "all-reduce",
+    "reduce-scatter",
+    "all-to-all",
+    "collective-permute",
+    "collective-broadcast",
+    "ragged-all-to-all",
+)
+
+
+@dataclass
+class Op:
+    """One primitive application, with how often it runs (``count``; None if unknown)."""
+
+    prim: str
+    kind: str | None  # collective kind or None for compute
+    axes: tuple[str, ...]
+    in_shapes: tuple[tuple[int, ...], ...]
+    out_shapes: tuple[tuple[int, ...], ...]
+    in_bytes: int
+    out_bytes: int
+    count: int | None
+    loop_depth: int
+    in_shard_map: bool
+    params: dict = field(default_factory=dict, repr=False)
+    index: int = 0  # program order
+
+    @property
+    def perm(self) -> tuple[tuple[int, int], ...] | None:
+        p = self.params.get("perm")
+        return tuple(tuple(x) for x in p) if p is not None else None
+
+    def shift(self, axis_size: int) -> set[int]:
+        """The ring shifts (dst - src mod n) a ppermute uses."""
+        if self.perm is None:
+            return set()
+        return {(d - s) % axis_size for s, d in self.perm}
+
+
+def _axes_of(params: dict) -> tuple[str, ...]:
+    for key in ("axes", "axis_name"):
+        if key in params:
+            v = params[key]
+            if isinstance(v, (tuple, list, frozenset, set)):
+                return tuple(str(a) for a in v)
+            return (str(v),)
+    return ()
+
+
+def _nbytes(aval) -> int:
+    try:
+        return int(np.prod(aval.shape, dtype=np.int64)) * np.dtype(aval.dtype).itemsize
+    except Exception:
+        return 0
+
+
+def _shape(aval) -> tuple[int, ...]:
+    try:
+        return tuple(int(d) for d in aval.shape)
+    except Exception:
+        return ()
+
+
+def _sub_jaxprs(params: dict) -> Iterator[tuple[str, Any]]:
+    from jax.extend import core as jcore
+
+    for k, v in params.items():
+        vals = v if isinstance(v, (tuple, list)) else (v,)
+        for item in vals:
+            if isinstance(item, jcore.ClosedJaxpr):
+                yield k, item.jaxpr
+            elif isinstance(item, jcore.Jaxpr):
+                yield k, item
+
+
+def _literal_value(x):
+    val = getattr(x, "val", None)
+    if val is None:
+        return None
+    try:
+        return int(np.asarray(val))
+    except Exception:
+        return None
+
+
+def _while_trip_count(eqn) -> int | None:
+    """Trip count of a ``while`` whose condition is ``i < n`` with literal start and bound."""
+    cond = eqn.params["cond_jaxpr"].jaxpr
+    if len(cond.eqns) != 1 or cond.eqns[0].primitive.name != "lt":
+        return None
+    lhs, rhs = cond.eqns[0].invars
+    n = _literal_value(rhs)
+    cnc = eqn.params["cond_nconsts"]
+    bnc = eqn.params["body_nconsts"]
+    carry_in = eqn.invars[cnc + bnc:]
+    if lhs not in cond.invars:
+        return None
+    pos = cond.invars.index(lhs) - cnc
+    if n is None and rhs in cond.invars:
+        rpos = cond.invars.index(rhs) - cnc
+        if 0 <= rpos < len(carry_in):
+            n = _literal_value(carry_in[rpos])
+    if n is None or not 0 <= pos < len(carry_in):
+        return None
+    start = _literal_value(carry_in[pos])
+    if start is None:
+        return None
+    return max(0, n - start)
+
+
+@dataclass
+class Program:
+    """A flattened view of a traced function: every op in program order, loops expanded by count."""
+
+    ops: list[Op]
+    jaxpr_text: str
+    compiled_text: str = ""
+    uses_shard_map: bool = False
+    shard_map_check_vma: tuple[bool, ...] = ()
+
+    # -- queries used by the structure rules -------------------------------------------------
+    def collectives(self, kind: str | None = None, axis: str | None = None) -> list[Op]:
+        out = [o for o in self.ops if o.kind is not None]
+        if kind is not None:
+            out = [o for o in out if o.kind == kind]
+        if axis is not None:
+            out = [o for o in out if axis in o.axes]
+        return out
+
+    def count(self, prim_or_kind: str) -> int:
+        """Dynamic count (loops multiplied out; unknown trip counts count once)."""
+        return sum((o.count or 1) for o in self.ops if prim_or_kind in (o.prim, o.kind))
+
+    def bytes_moved(self, kind: str, axis: str | None = None) -> int:
+        """Operand bytes handed to collectives of ``kind``, loops multiplied out."""
+        return sum((o.count or 1) * o.in_bytes for o in self.collectives(kind, axis))
+
+    def has_unknown_loops(self) -> bool:
+        return any(o.count is None for o in self.ops)
+
+    def primitive_counts(self) -> Counter:
+        c: Counter = Counter()
+        for o in self.ops:
+            c[o.prim] += o.count or 1
+        return c
+
+    def compiled_collectives(self) -> list[str]:
+        """Lines of the compiled module that run a collective (after XLA's own passes)."""
+        return compiled_collective_lines(self.compiled_text)
+
+    def summary(self, limit: int = 12) -> str:
+        """A short listing of the collectives the program runs, for failure messages."""
+        cols = self.collectives()
+        if not cols:
+            return "no collectives"
+        lines = []
+        for o in cols[:limit]:
+            rep = "?" if o.count is None else str(o.count)
+            extra = f" perm shifts {sorted(o.shift(len(o.perm)))}" if o.perm else ""
+            lines.append(
+                f"{o.kind} over {','.join(o.axes) or '?'} of {list(o.in_shapes[0]) if o.in_shapes else []}"
+                f" x{rep}{extra}"
+            )
+        if len(cols) > limit:
+            lines.append(f"... and {len(cols) - limit} more")
+        return "; ".join(lines)
+
+
+def compiled_collective_lines(text: str) -> list[str]:
+    pat = re.compile(r"=\s*\S+\s+(" + "|".join(HLO_COLLECTIVES) + r")(-start)?\(")
+    return [l.strip() for l in text.splitlines() if pat.search(l)]
+
+
+def flatten(jaxpr, *, count: int | None = 1, depth: int = 0, in_shard_map: bool = False,
+            ops: list[Op] | None = None, meta: dict | None = None) -> list[Op]:
+    """Walk a jaxpr and everything nested in it, multiplying loop bodies by their trip count."""
+    ops = [] if ops is None else ops
+    meta = {"shard_map": False, "check_vma": []} if meta is None else meta
+    for eqn in jaxpr.eqns:
+        name = eqn.primitive.name
+        params = dict(eqn.params)
+        kind = COLLECTIVE_KINDS.get(name)
+        in_avals = [getattr(v, "aval", None) for v in eqn.invars]
+        out_avals = [v.aval for v in eqn.outvars]
+        if name not in ("scan", "while", "shard_map", "pjit", "jit", "cond", "closed_call",
+                        "custom_jvp_call", "custom_vjp_call", "remat", "checkpoint"):
+            ops.append(Op(
+                prim=name, kind=kind, axes=_axes_of(params) if kind else (),
+                in_shapes=tuple(_shape(a) for a in in_avals if a is not None),
+                out_shapes=tuple(_shape(a) for a in out_avals),
+                in_bytes=sum(_nbytes(a) for a in in_avals if a is not None),
+                out_bytes=sum(_nbytes(a) for a in out_avals),
+                count=count, loop_depth=depth, in_shard_map=in_shard_map,
+                params={k: v for k, v in params.items() if k in ("perm", "axis_size", "tiled",
+                        "all_gather_dimension", "scatter_dimension", "split_axis", "concat_axis",
+                        "dimension_numbers")},
+                index=len(ops),
+            ))
+            continue
+        sub_count, sub_depth, sub_sm = count, depth, in_shard_map
+        if name == "scan":
+            n = int(params.get("length", 1))
+            sub_count = None if count is None else count * n
+            sub_depth = depth + 1
+        elif name == "while":
+            n = _while_trip_count(eqn)
+            sub_count = None if (count is None or n is None) else count * n
+            sub_depth = depth + 1
+        elif name == "shard_map":
+            meta["shard_map"] = True
+            meta["check_vma"].append(bool(params.get("check_vma", params.get("check_rep", True))))
+            sub_sm = True
+        for key, sub in _sub_jaxprs(params):
+            c = sub_count
+            if name == "while" and key == "cond_jaxpr":
+                continue
+            flatten(sub, count=c, depth=sub_depth, in_shard_map=sub_sm, ops=ops, meta=meta)
+    return ops
+
+
+def trace(fn, args, *, static_argnums=(), compiled_text: str | None = None) -> Program:
+    """Trace ``fn(*args)`` (arrays or ShapeDtypeStructs) into a :class:`Program`.
+
+    ``compiled_text`` is the compiled module's text if the caller already compiled ``fn``;
+    otherwise it is compiled here.
+    """
+    import jax
+
+    closed = jax.make_jaxpr(fn, static_argnums=static_argnums)(*args)
+    meta: dict = {"shard_map": False, "check_vma": []}
+    ops = flatten(closed.jaxpr, meta=meta)
+    text = compiled_text
+    if text is None:
+        text = jax.jit(fn, static_argnums=static_argnums).lower(*args).compile().as_text()
+    return Program(ops=ops, jaxpr_text=str(closed), compiled_text=text,
+                   uses_shard_map=meta["shard_map"], shard_map_check_vma=tuple(meta["check_vma"]))

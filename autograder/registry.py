@@ -1,0 +1,132 @@
+"""The one registry of graded functions.
+
+Each :class:`Problem` says everything about one graded function: its arguments and shardings, how
+to make random inputs, the NumPy reference, the jit baseline, the structure rules, the memory
+bound, the speed threshold and the points. The notebooks' public checks, the hidden nbgrader cells,
+the pytest suite and the CLI are all driven from here; a new problem is one new entry in a module
+of :mod:`autograder.problems`.
+"""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+#: How much each check counts towards a function's points (numerics also gates the rest).
+DEFAULT_WEIGHTS = {"numerics": 0.5, "sharding": 0.15, "structure": 0.2, "memory": 0.1, "speed": 0.15}
+
+#: Speed thresholds (student time / jit baseline time) per platform. TPU is where the course is
+#: meant to run and is tight; elsewhere wall-clock only guards against blow-ups.
+SPEED_THRESHOLDS = {"tpu": 1.3, "gpu": 3.0, "cpu": 8.0}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One set of inputs. ``args`` are NumPy arrays (sharded by the problem's specs) or ints."""
+
+    args: tuple
+    label: str = ""
+
+    def describe(self, names: tuple[str, ...]) -> str:
+        parts = []
+        for n, a in zip(names, self.args):
+            if isinstance(a, np.ndarray):
+                parts.append(f"{n}: {a.dtype.name}{list(a.shape)}")
+            else:
+                parts.append(f"{n}={a!r}")
+        return ", ".join(parts) + (f" ({self.label})" if self.label else "")
+
+
+@dataclass(frozen=True)
+class Problem:
+    name: str
+    assignment: str
+    points: float
+    statement: str
+    arg_names: tuple[str, ...]
+    #: PartitionSpec per argument; None marks a static Python int (passed positionally, static).
+    in_specs: tuple
+    out_spec: Any
+    #: (rng, x, y, size) -> Case, size in {'small', 'grade', 'speed', 'memory'}
+    make_case: Callable[[np.random.Generator, int, int, str], Case]
+    #: (case.args, x, y) -> np.ndarray, the NumPy reference
+    reference: Callable[..., np.ndarray]
+    #: (*args, mesh=mesh) -> jax.Array: the plain global-view computation, jitted by the grader
+    baseline: Optional[Callable] = None
+    #: structure rules: (program, mesh, problem) -> CheckResult | None (None: not applicable)
+    rules: tuple = ()
+    #: (case, x, y) -> (bound_bytes, what): compiled temp bytes must stay below the bound
+    memory_bound: Optional[Callable] = None
+    uses_mesh: bool = True
+    #: extra randomized cases per mesh (beyond the first) for the numerics check
+    cases_per_mesh: int = 2
+    #: the edge cases that must always be run: (x, y) -> list of Case
+    edge_cases: Optional[Callable] = None
+    rtol: float = 1e-4
+    atol: float = 1e-4
+    speed_threshold: dict = field(default_factory=dict)
+    weights: dict = field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
+    #: layouts on which numerics run (None: all the course layouts)
+    layouts: Optional[tuple] = None
+    #: the layout used for the structure/memory/speed checks' big shapes
+    speed_layout: tuple = (2, 4)
+
+    @property
+    def static_argnums(self) -> tuple[int, ...]:
+        return tuple(i for i, s in enumerate(self.in_specs) if s is None)
+
+    def threshold(self, platform: str) -> float:
+        return self.speed_threshold.get(platform, SPEED_THRESHOLDS.get(platform, 8.0))
+
+    @property
+    def check_names(self) -> tuple[str, ...]:
+        names = ["numerics", "sharding", "structure"]
+        if self.memory_bound is not None:
+            names.append("memory")
+        if self.baseline is not None:
+            names.append("speed")
+        return tuple(names)
+
+
+REGISTRY: dict[str, Problem] = {}
+_LOADED = False
+
+
+def register(problem: Problem) -> Problem:
+    if problem.name in REGISTRY and REGISTRY[problem.name] != problem:
+        raise ValueError(f"problem {problem.name!r} registered twice")
+    REGISTRY[problem.name] = problem
+    return problem
+
+
+def load_all() -> dict[str, Problem]:
+    """Import every module of :mod:`autograder.problems` (each registers its entries)."""
+    global _LOADED
+    if not _LOADED:
+        from . import problems
+
+        for info in sorted(pkgutil.iter_modules(problems.__path__), key=lambda m: m.name):
+            importlib.import_module(f"{problems.__name__}.{info.name}")
+        _LOADED = True
+    return REGISTRY
+
+
+def problems(assignment: str | None = None) -> list[Problem]:
+    load_all()
+    return [p for p in REGISTRY.values() if assignment is None or p.assignment == assignment]
+
+
+def get(name: str) -> Problem:
+    load_all()
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"no graded function named {name!r}; known: {sorted(REGISTRY)}") from None
+
+
+def assignments() -> list[str]:
+    load_all()
+    return sorted({p.assignment for p in REGISTRY.values()})
