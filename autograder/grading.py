@@ -121,10 +121,10 @@ def gather_attempts(problem: Problem, fn, *, seed: int = 0, quick: bool = False,
     attempts = []
     for layout in lays:
         mesh = make_mesh(*layout)
-        cases = [problem.make_case(rng, *layout, "grade")
+        cases = [problem.case(rng, *layout, "grade")
                  for _ in range(1 if quick else problem.cases_per_mesh)]
-        if problem.edge_cases is not None and not quick:
-            cases += list(problem.edge_cases(*layout))
+        if not quick:
+            cases += problem.edges(*layout)
         for i, case in enumerate(cases):
             att = run_case(problem, fn, mesh, layout, case, want_program=(i == 0))
             attempts.append(att)
@@ -191,9 +191,8 @@ def grade_function(problem: Problem, fn, *, seed: int = 0, quick: bool = False,
         big = _big_case(problem, fn, seed)
     if problem.memory_bound is not None:
         res.checks.append(_memory_check(problem, fn, big))
-    if problem.baseline is not None:
-        res.checks.append(_speed_check(problem, fn, big, modeler) if with_speed
-                          else _skipped("speed", "speed checks turned off"))
+    if problem.baseline is not None and with_speed:
+        res.checks.append(_speed_check(problem, fn, big, modeler))
     return res
 
 
@@ -206,7 +205,7 @@ def _big_case(problem: Problem, fn, seed: int):
 
 def _memory_check(problem: Problem, fn, big) -> CheckResult:
     layout, mesh, rng = big
-    case = problem.make_case(rng, *layout, "memory")
+    case = problem.case(rng, *layout, "memory")
     where = f"mesh {layout[0]}x{layout[1]} with {case.describe(problem.arg_names)}"
     try:
         with time_limit(CALL_TIMEOUT):
@@ -224,7 +223,7 @@ def _memory_check(problem: Problem, fn, big) -> CheckResult:
 
 def _speed_check(problem: Problem, fn, big, modeler) -> CheckResult:
     layout, mesh, rng = big
-    case = problem.make_case(rng, *layout, "speed")
+    case = problem.case(rng, *layout, "speed")
     try:
         with time_limit(2 * CALL_TIMEOUT):
             args = _place(problem, case, mesh)

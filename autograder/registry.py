@@ -50,8 +50,10 @@ class Problem:
     #: PartitionSpec per argument; None marks a static Python int (passed positionally, static).
     in_specs: tuple
     out_spec: Any
-    #: (rng, x, y, size) -> Case, size in {'small', 'grade', 'speed', 'memory'}
-    make_case: Callable[[np.random.Generator, int, int, str], Case]
+    #: (rng, x, y, size) -> tuple of args (or a Case), size in {'small', 'grade', 'speed',
+    #: 'memory'}. Defined in autograder/references/<assignment>.py (pure NumPy) so that the
+    #: public self-check can bundle it.
+    make_case: Callable[[np.random.Generator, int, int, str], tuple]
     #: (case.args, x, y) -> np.ndarray, the NumPy reference
     reference: Callable[..., np.ndarray]
     #: (*args, mesh=mesh) -> jax.Array: the plain global-view computation, jitted by the grader
@@ -63,7 +65,7 @@ class Problem:
     uses_mesh: bool = True
     #: extra randomized cases per mesh (beyond the first) for the numerics check
     cases_per_mesh: int = 2
-    #: the edge cases that must always be run: (x, y) -> list of Case
+    #: the edge cases that must always be run: (x, y) -> list of arg tuples (references module)
     edge_cases: Optional[Callable] = None
     rtol: float = 1e-4
     atol: float = 1e-4
@@ -73,6 +75,16 @@ class Problem:
     layouts: Optional[tuple] = None
     #: the layout used for the structure/memory/speed checks' big shapes
     speed_layout: tuple = (2, 4)
+
+    def case(self, rng, x: int, y: int, size: str) -> Case:
+        c = self.make_case(rng, x, y, size)
+        return c if isinstance(c, Case) else Case(tuple(c))
+
+    def edges(self, x: int, y: int) -> list[Case]:
+        if self.edge_cases is None:
+            return []
+        return [c if isinstance(c, Case) else Case(tuple(c), "edge case")
+                for c in self.edge_cases(x, y)]
 
     @property
     def static_argnums(self) -> tuple[int, ...]:

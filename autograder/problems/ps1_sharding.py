@@ -6,31 +6,14 @@ from jax.sharding import PartitionSpec as P
 
 from .. import rules
 from ..references import ps1_sharding as ref
-from ..registry import Case, Problem, register
+from ..registry import Problem, register
 
 ASSIGNMENT = "ps1_sharding"
-
-
-def _average_case(rng, x, y, size):
-    return Case((ref.activations(rng, x, y, size),))
 
 
 def _average_baseline(A, mesh):
     x = mesh.shape["X"]
     return A.reshape(x, A.shape[0] // x, A.shape[1]).mean(axis=1)
-
-
-def _roll_case(rng, x, y, size):
-    a = ref.activations(rng, x, y, size)
-    return Case((a, ref.random_shift(rng, a, x)))
-
-
-def _roll_edges(x, y):
-    import numpy as np
-
-    rng = np.random.default_rng([x, y, 7])
-    a = ref.activations(rng, x, y, "grade")
-    return [Case((a, s), "edge shift") for s in ref.edge_shifts(a.shape[0] // x)]
 
 
 def _roll_baseline(A, shift, mesh):
@@ -50,7 +33,7 @@ register(Problem(
     arg_names=("A",),
     in_specs=(P("X", "Y"),),
     out_spec=P("X", "Y"),
-    make_case=_average_case,
+    make_case=ref.shard_average_case,
     reference=ref.shard_average_reference,
     baseline=_average_baseline,
     rules=(rules.all_of(rules.no_shard_map, rules.no_compiled_collectives),),
@@ -64,7 +47,7 @@ register(Problem(
     arg_names=("A",),
     in_specs=(P("X", "Y"),),
     out_spec=P("X", "Y"),
-    make_case=_average_case,
+    make_case=ref.shard_average_case,
     reference=ref.shard_average_reference,
     baseline=_average_baseline,
     rules=(rules.all_of(rules.uses_shard_map, LOCAL_ONLY),),
@@ -79,9 +62,9 @@ register(Problem(
     arg_names=("A", "shift"),
     in_specs=(P("X", "Y"), None),
     out_spec=P("X", "Y"),
-    make_case=_roll_case,
+    make_case=ref.roll_diff_case,
     reference=ref.roll_diff_reference,
     baseline=_roll_baseline,
     rules=(rules.all_of(rules.uses_shard_map, LOCAL_ONLY),),
-    edge_cases=_roll_edges,
+    edge_cases=ref.roll_diff_edge_cases,
 ))

@@ -29,11 +29,19 @@ def roll_diff_reference(args, x, y):
     return (np.roll(blocks, shift, axis=1) - blocks).reshape(a.shape).astype(np.float32)
 
 
-def random_shift(rng, a, x):
+def shard_average_case(rng, x, y, size):
+    return (activations(rng, x, y, size),)
+
+
+def roll_diff_case(rng, x, y, size):
+    a = activations(rng, x, y, size)
     block = a.shape[0] // x
-    return int(rng.integers(-2 * block - 1, 2 * block + 2))
+    return (a, int(rng.integers(-2 * block - 1, 2 * block + 2)))
 
 
-def edge_shifts(block):
+def roll_diff_edge_cases(x, y):
     """Shifts that catch slicing mistakes: none, negative, a whole block, beyond a block."""
-    return sorted({0, -1, block, block + 1, -(3 * block + 1)})
+    rng = np.random.default_rng([x, y, 7])
+    a = activations(rng, x, y, "grade")
+    block = a.shape[0] // x
+    return [(a, s) for s in sorted({0, -1, block, block + 1, -(3 * block + 1)})]
