@@ -1,7 +1,8 @@
 """The schedule: one compute stream, one lane per mesh axis and link direction.
 
 A greedy list scheduler, deterministic: among the tasks whose inputs are ready it starts the one
-that can start earliest (ties: program order) on the resources it needs. Communication therefore
+that can start earliest (ties: the longest chain of work behind it, then program order) on
+the resources it needs. Communication therefore
 overlaps any compute that does not depend on it, and two transfers overlap when they use
 different link directions, which is what the hardware can do.
 """
@@ -77,12 +78,13 @@ def schedule(tasks: list[Task]) -> Timeline:
     for r in ready:
         ready_at[r] = 0.0
     by_id = {t.id: t for t in tasks}
+    level = _bottom_levels(tasks, users)
     while ready:
         best, best_key = None, None
         for tid in ready:
             t = by_id[tid]
             est = max([ready_at[tid]] + [free.get(r, 0.0) for r in t.resources])
-            key = (est, tid)
+            key = (est, -level[tid], tid)
             if best_key is None or key < best_key:
                 best, best_key = tid, key
         ready.remove(best)
@@ -100,3 +102,25 @@ def schedule(tasks: list[Task]) -> Timeline:
     if len(tl.end) != len(tasks):
         raise RuntimeError("dependency cycle in the modeled program")
     return tl
+
+
+def _bottom_levels(tasks: list[Task], users: dict) -> dict:
+    """Longest path (seconds) from each task to the end: the usual list-scheduling priority,
+    so that among tasks able to start at once, the one feeding a long chain (e.g. the slice a
+    transfer waits on) goes first."""
+    by_id = {t.id: t for t in tasks}
+    indeg = {t.id: len(users[t.id]) for t in tasks}
+    order = [tid for tid, n in indeg.items() if n == 0]
+    level: dict = {}
+    i = 0
+    while i < len(order):
+        tid = order[i]
+        i += 1
+        level[tid] = by_id[tid].duration + max((level[u] for u in users[tid]), default=0.0)
+        for d in by_id[tid].deps:
+            indeg[d] -= 1
+            if indeg[d] == 0:
+                order.append(d)
+    for t in tasks:  # only reached on a cycle; the scheduler reports it
+        level.setdefault(t.id, t.duration)
+    return level
