@@ -2,6 +2,7 @@
 
     python -m autograder grade SUBMISSION [--assignment ID] [--json]
     python -m autograder list
+    python -m autograder profile SUBMISSION FUNCTION [--chip v5e] [--mesh 2x4] [--json]
 
 Grading runs in a separate worker process with a time limit, so a submission that hangs or
 crashes the interpreter still gets a report (and this command still exits 0).
@@ -154,6 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.set_defaults(func=_cmd_grade)
     l = sub.add_parser("list", help="list the graded functions")
     l.set_defaults(func=_cmd_list)
+    from .profile_cli import add_parser as _add_profile
+
+    _add_profile(sub)
     return ap
 
 
