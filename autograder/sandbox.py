@@ -63,6 +63,8 @@ class Limits:
     #: space grading ps1 on the reference; 16 GiB leaves room for the larger problems while
     #: turning a runaway allocation into a MemoryError / failed allocation instead of swapping.
     address_space_mb: Optional[int] = 16384
+    #: one top-level statement of the submission while loading (interrupted with SIGALRM)
+    statement_s: float = 20.0
     #: largest file the worker may write (its stdout/stderr log included)
     output_mb: int = 32
     #: how many times a crashed/hung worker is restarted for one submission
@@ -224,6 +226,7 @@ def _run_worker(sub: Path, work: Path, opts: Options, *, only: Optional[list[str
         cmd += ["--only", ",".join(only)]
     if skip:
         cmd += ["--skip", ",".join(str(s) for s in skip)]
+    cmd += ["--statement-timeout", str(lim.statement_s)]
     cache = work / "jax_cache"
     if opts.cache_dir and Path(opts.cache_dir).is_dir() and not cache.exists():
         # A private copy: whatever this submission writes there never reaches another one.
@@ -312,9 +315,9 @@ def _run_worker(sub: Path, work: Path, opts: Options, *, only: Optional[list[str
             if phase is not None and now > phase_deadline:
                 _kill(proc)
                 if phase[0] == "load":
-                    run.stopped = f"it ran past the {lim.load_s:g} s limit for loading the submission"
+                    run.stopped = f"it ran past the {lim.load_s:g} s time limit for loading the submission"
                 else:
-                    run.stopped = f"it ran past the {lim.per_function_s:g} s limit for one function"
+                    run.stopped = f"it ran past the {lim.per_function_s:g} s time limit for one function"
                 run.stopped += " and was stopped"
                 break
     finally:

@@ -304,7 +304,8 @@ def warm(assignments: list[str], *, seed: int, quick: bool, with_speed: bool) ->
 
 
 def run(submission: Path, assignment: str | None, emit, *, quick: bool, seed: int,
-        with_speed: bool, only: list[str] | None = None, skip: set[int] = frozenset()) -> None:
+        with_speed: bool, only: list[str] | None = None, skip: set[int] = frozenset(),
+        statement_timeout: float = 20.0) -> None:
     from . import grading, registry
     from .loader import load
 
@@ -322,7 +323,7 @@ def run(submission: Path, assignment: str | None, emit, *, quick: bool, seed: in
 
     try:
         loaded = load(submission, builtins_dict=student_builtins(), skip=skip,
-                      on_statement=on_statement)
+                      on_statement=on_statement, statement_timeout=statement_timeout)
         ns, notes = loaded.namespace, loaded.notes
     except Exception as e:  # unreadable file: still grade (everything "not found")
         ns, notes = {}, [f"could not read the submission: {e}"]
@@ -364,6 +365,7 @@ def main(argv=None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--only", help="comma-separated functions to grade (the rest: skipped)")
     ap.add_argument("--skip", default="", help="comma-separated statement indices not to load")
+    ap.add_argument("--statement-timeout", type=float, default=20.0)
     ap.add_argument("--cache-dir", help="JAX persistent compilation cache")
     ap.add_argument("--warm", action="store_true", help="only compile the baselines")
     ap.add_argument("--warm-assignment", action="append", default=[])
@@ -388,7 +390,7 @@ def main(argv=None) -> None:
     only = [s for s in a.only.split(",") if s] if a.only else None
     skip = {int(s) for s in a.skip.split(",") if s.strip()}
     run(a.submission, a.assignment, emit, quick=a.quick, seed=a.seed,
-        with_speed=not a.no_speed, only=only, skip=skip)
+        with_speed=not a.no_speed, only=only, skip=skip, statement_timeout=a.statement_timeout)
 
 
 if __name__ == "__main__":
