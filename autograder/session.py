@@ -217,6 +217,26 @@ def integrity_result(problem, what: list[str]):
 # ---------------------------------------------------------------------------------------------
 
 
+def _prune_path() -> None:
+    """Drop import-path entries that lead to course files (an editable install's project root,
+    a course folder): only the package copy the parent made provides ``autograder``."""
+    from . import __file__ as pkg_file
+
+    own = str(Path(pkg_file).resolve().parent.parent)
+    keep = []
+    for entry in sys.path:
+        base = Path(entry or ".")
+        try:
+            course = any((base / n).exists() for n in ("solutions", "source", "autograder",
+                                                        "nbgrader_config.py"))
+        except OSError:
+            course = False
+        if str(base.resolve()) == own or not course:
+            keep.append(entry)
+    sys.path[:] = keep
+    sys.path_importer_cache.clear()
+
+
 def choose_problems(assignment: str | None, namespace: dict | None, path: Path):
     from . import registry
 
@@ -316,6 +336,7 @@ def run(submission: Path, assignment: str | None, emit, *, quick: bool, seed: in
     for p in registry.problems():
         guard.watch_object(f"the registry entry {p.name}", p)
     sys.meta_path.insert(0, _Blocker())
+    _prune_path()
     guard.meta_path = list(sys.meta_path)
 
     def on_statement(index: int, where: str) -> None:

@@ -106,3 +106,17 @@ def test_grade_path_single_function_hang_keeps_the_rest(tmp_path):
     assert f["shard_average_shard_map"].score == 0
     assert "time limit" in f["shard_average_shard_map"].checks[0].message
     assert f["roll_diff"].score == 4.0
+
+
+def test_nbgrader_hidden_cell_grades_in_isolation(capsys):
+    """nb.grade re-runs the kernel's cells in a worker: a cell that patched the grader in the
+    kernel changes nothing, and patching at trace time is caught there too."""
+    from pathlib import Path
+
+    from autograder import nb
+
+    src = (Path(__file__).parent / "fixtures" / "class" / "submitted" / "ivan" / "ps1_sharding"
+           / "ps1_sharding.py").read_text()
+    cells = ["", src, 'from autograder.nb import grade\ngrade("roll_diff", globals())']
+    assert nb.grade("roll_diff", {"In": cells}, quick=True) == 0
+    assert "compare_values was replaced" in capsys.readouterr().out
