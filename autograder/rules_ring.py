@@ -50,7 +50,8 @@ def _runs(op: Op) -> int:
 
 
 def _scalar(op: Op) -> bool:
-    return all(len(s) == 0 for s in op.in_shapes) or op.in_bytes <= 8
+    """A scalar collective (an axis size, a flag): not array data."""
+    return all(_prod(s) <= 1 for s in op.in_shapes)
 
 
 def _operand_bytes(op: Op) -> list[int]:
