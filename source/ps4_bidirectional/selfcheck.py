@@ -444,11 +444,8 @@ except ImportError:  # running inside a generated selfcheck.py
     pass
 
 
-# ---- from autograder/references/ps4_bidirectional.py ------------------------------
-"""ps4_bidirectional: the collective matmuls with both ring directions. Pure NumPy.
-
-The same cases and references as ps3_collective_matmul (kept self-contained: this module is
-bundled alone into the assignment's public self-check).
+# ---- from autograder/references/ps3_collective_matmul.py ------------------------------
+"""ps3_collective_matmul: matmuls whose communication overlaps the compute. Pure NumPy.
 
 Shapes: every per-device dimension is even, so answers that split a chunk in two (for instance
 to send half of it each way round the ring) always divide evenly.
@@ -487,6 +484,13 @@ def reducescatter_case(rng, x, y, size):
     return _normal(rng, (x * b, y * f)), _normal(rng, (y * f, y * d), 1 / np.sqrt(y * f))
 
 
+def mlp_case(rng, x, y, size):
+    """In[B, D] (P('X','Y')), Win[D, F] (P(None,'Y')), Wout[F, D] (P('Y', None))."""
+    b, d, f = _dims(rng, x, y, size)
+    return (_normal(rng, (x * b, y * d)), _normal(rng, (y * d, y * f), 1 / np.sqrt(y * d)),
+            _normal(rng, (y * f, y * d), 1 / np.sqrt(y * f)))
+
+
 def _mm(a, b):
     return (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32)
 
@@ -497,17 +501,37 @@ def matmul_reference(args, x, y):
     return _mm(a, w)
 
 
+def mlp_reference(args, x, y):
+    inp, w_in, w_out = args
+    hidden = np.maximum(inp.astype(np.float64) @ w_in.astype(np.float64), 0.0)
+    return (hidden @ w_out.astype(np.float64)).astype(np.float32)
+
+
+def _smallest(rng, x, y, n_args):
+    """The smallest even per-device shapes, and a lopsided one (wide D, narrow F)."""
+    out = []
+    for b, d, f in ((2, 2, 2), (2, 6, 2)):
+        a = _normal(rng, (x * b, y * d))
+        w_in = _normal(rng, (y * d, y * f))
+        if n_args == 2:
+            out.append((a, w_in))
+        else:
+            out.append((a, w_in, _normal(rng, (y * f, y * d))))
+    return out
+
+
 def matmul_edge_cases(x, y):
-    """The smallest even per-device shapes (halves of one column), and a wide-D one."""
-    rng = np.random.default_rng([x, y, 3])
-    return [(_normal(rng, (x * b, y * d)), _normal(rng, (y * d, y * f)))
-            for b, d, f in ((2, 2, 2), (2, 6, 2))]
+    return _smallest(np.random.default_rng([x, y, 3]), x, y, 2)
 
 
 def reducescatter_edge_cases(x, y):
     rng = np.random.default_rng([x, y, 5])
     return [(_normal(rng, (x * b, y * f)), _normal(rng, (y * f, y * d)))
             for b, d, f in ((2, 2, 2), (2, 2, 6))]
+
+
+def mlp_edge_cases(x, y):
+    return _smallest(np.random.default_rng([x, y, 7]), x, y, 3)
 
 
 # ---- the public table ----------------------------------------
