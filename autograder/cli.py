@@ -1,7 +1,9 @@
 """``python -m autograder``: the command-line way in.
 
     python -m autograder grade SUBMISSION [--assignment ID] [--json]
+    python -m autograder grade-all DIR [--workers N] [--out grades.csv] [--force]
     python -m autograder list
+    python -m autograder profile SUBMISSION FUNCTION [--chip v5e] [--mesh 2x4] [--json]
 
 Grading runs in a separate worker process with a time limit, so a submission that hangs or
 crashes the interpreter still gets a report (and this command still exits 0).
@@ -37,43 +39,16 @@ def _read_records(path: Path) -> list[dict]:
 
 def grade_path(submission: Path, assignment: str | None = None, *, quick: bool = False,
                seed: int = 0, with_speed: bool = True, timeout: float | None = None,
-               log=None) -> SubmissionResult:
-    """Grade one submission in a worker process and assemble its result."""
-    from . import registry
+               log=None, limits=None, cache_dir=None) -> SubmissionResult:
+    """Grade one submission in isolated worker processes (see :mod:`autograder.sandbox`)."""
+    from . import sandbox
 
-    submission = Path(submission).resolve()
-    with tempfile.TemporaryDirectory(prefix="autograde-") as tmp:
-        results = Path(tmp) / "results.jsonl"
-        cmd = [sys.executable, "-m", "autograder.session", str(submission),
-               "--results", str(results), "--seed", str(seed)]
-        if assignment:
-            cmd += ["--assignment", assignment]
-        if quick:
-            cmd.append("--quick")
-        if not with_speed:
-            cmd.append("--no-speed")
-        n_funcs = len(registry.problems(assignment)) if assignment else len(registry.problems())
-        limit = timeout or (LOAD_S + PER_FUNCTION_S * max(1, n_funcs))
-        env = dict(os.environ)
-        pkg_root = str(Path(__file__).resolve().parent.parent)
-        env["PYTHONPATH"] = pkg_root + os.pathsep + env.get("PYTHONPATH", "")
-        stopped = None
-        with open(Path(tmp) / "worker.log", "wb") as logf:
-            proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, cwd=tmp, env=env,
-                                    start_new_session=True)
-            try:
-                rc = proc.wait(timeout=limit)
-                if rc != 0:
-                    stopped = f"the grading process stopped with exit code {rc}"
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, 9)
-                proc.wait()
-                stopped = f"grading was stopped after {limit:.0f} s"
-        records = _read_records(results)
-        tail = (Path(tmp) / "worker.log").read_bytes()[-2000:].decode("utf-8", "replace")
-        if log is not None and stopped:
-            log(tail)
-    return assemble(records, assignment, stopped, tail)
+    lim = limits or sandbox.Limits(per_function_s=PER_FUNCTION_S, load_s=LOAD_S)
+    if timeout:
+        lim.per_submission_s = timeout
+    opts = sandbox.Options(assignment=assignment, quick=quick, seed=seed, with_speed=with_speed,
+                           cache_dir=cache_dir, limits=lim)
+    return sandbox.grade_submission(Path(submission), opts, log=log)
 
 
 def assemble(records: list[dict], assignment: str | None, stopped: str | None,
@@ -152,8 +127,14 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--no-speed", action="store_true", help="skip the speed check")
     g.add_argument("--seed", type=int, default=0)
     g.set_defaults(func=_cmd_grade)
+    from .batch import add_parser as _add_batch_parser
+
+    _add_batch_parser(sub)
     l = sub.add_parser("list", help="list the graded functions")
     l.set_defaults(func=_cmd_list)
+    from .profile_cli import add_parser as _add_profile
+
+    _add_profile(sub)
     return ap
 
 

@@ -19,8 +19,10 @@ import numpy as np
 DEFAULT_WEIGHTS = {"numerics": 0.5, "sharding": 0.15, "structure": 0.2, "memory": 0.1, "speed": 0.15}
 
 #: Speed thresholds (student time / jit baseline time) per platform. TPU is where the course is
-#: meant to run and is tight; elsewhere wall-clock only guards against blow-ups.
-SPEED_THRESHOLDS = {"tpu": 1.3, "gpu": 3.0, "cpu": 8.0}
+#: meant to run and is tight; elsewhere wall-clock only guards against blow-ups. "tpu_model" is
+#: the modeled TPU ratio (autograder.tpumodel) used when no TPU is present; a Problem's
+#: ``speed_threshold`` may override any of these by the same key.
+SPEED_THRESHOLDS = {"tpu": 1.3, "gpu": 3.0, "cpu": 8.0, "tpu_model": 1.3}
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,278 @@
+"""``python -m autograder grade-all DIR``: grade a whole class.
+
+DIR is either an nbgrader course folder (``submitted/<student>/<assignment>/*.ipynb``; DIR may
+be the course root or its ``submitted`` folder) or a flat folder of notebooks / ``.py`` files
+(``<student>_<assignment>.ipynb``, ``<student>.py``, ...; the assignment is read from the name
+when it contains one, otherwise guessed from the functions the file defines).
+
+Every submission is graded in its own isolated worker process (:mod:`autograder.sandbox`); up to
+``--workers`` run at once. Results go to
+
+* ``reports/<student>/<assignment>.json``: one submission's full report plus a fingerprint of
+  the file and the grading options (a later run skips it while both are unchanged: the batch is
+  resumable; ``--force`` grades again);
+* ``reports/<student>.json``: the student's report, all assignments;
+* the CSV (``--out``): student, assignment, one column per graded function, total, max.
+
+A JAX compilation cache is warmed once with the jit baselines by a trusted worker and copied to
+every submission's worker, so that compile work is not repeated per submission.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import json
+import os
+import re
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+GRADER_VERSION = "1"
+SUFFIXES = (".ipynb", ".py")
+
+
+@dataclass(frozen=True)
+class Item:
+    student: str
+    assignment: Optional[str]
+    path: Path
+
+    @property
+    def key(self) -> str:
+        return f"{self.student}/{self.assignment or self.path.stem}"
+
+
+def _known_assignments() -> list[str]:
+    from . import registry
+
+    return registry.assignments()
+
+
+def _assignment_in(name: str, known: list[str]) -> Optional[str]:
+    hits = [a for a in known if a in name]
+    return max(hits, key=len) if hits else None
+
+
+def _pick_notebook(folder: Path, assignment: str) -> Optional[Path]:
+    files = sorted(p for p in folder.iterdir()
+                   if p.is_file() and p.suffix in SUFFIXES and not p.name.startswith("."))
+    if not files:
+        return None
+    for p in files:
+        if p.stem == assignment and p.suffix == ".ipynb":
+            return p
+    nbs = [p for p in files if p.suffix == ".ipynb"]
+    return (nbs or files)[0]
+
+
+def discover(root: Path) -> list[Item]:
+    """The submissions under ``root`` (nbgrader layout or a flat folder)."""
+    root = Path(root)
+    known = _known_assignments()
+    if (root / "submitted").is_dir():
+        root = root / "submitted"
+    items: list[Item] = []
+    flat = [p for p in sorted(root.iterdir())
+            if p.is_file() and p.suffix in SUFFIXES and not p.name.startswith(".")]
+    for p in flat:
+        a = _assignment_in(p.stem, known)
+        student = p.stem
+        if a:
+            student = re.sub(r"[_\-. ]+$|^[_\-. ]+", "", p.stem.replace(a, "")) or p.stem
+        items.append(Item(student, a, p))
+    for sdir in sorted(d for d in root.iterdir() if d.is_dir() and not d.name.startswith(".")):
+        for adir in sorted(d for d in sdir.iterdir() if d.is_dir() and not d.name.startswith(".")):
+            if adir.name.startswith(".") or adir.name == ".ipynb_checkpoints":
+                continue
+            nb = _pick_notebook(adir, adir.name)
+            if nb is None:
+                continue
+            a = adir.name if adir.name in known else _assignment_in(adir.name, known)
+            items.append(Item(sdir.name, a, nb))
+    return items
+
+
+def fingerprint(item: Item, opts) -> str:
+    h = hashlib.sha256()
+    h.update(item.path.read_bytes())
+    h.update(json.dumps([GRADER_VERSION, item.assignment, opts.quick, opts.seed, opts.with_speed],
+                        sort_keys=True).encode())
+    return h.hexdigest()
+
+
+def _slug(s: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.@+-]", "_", s) or "_"
+
+
+@dataclass
+class Outcome:
+    item: Item
+    report: dict
+    skipped: bool = False
+    seconds: float = 0.0
+
+
+def grade_one(item: Item, opts, reports: Path, *, force: bool = False) -> Outcome:
+    from .sandbox import grade_submission
+
+    out = reports / _slug(item.student) / f"{_slug(item.assignment or item.path.stem)}.json"
+    fp = fingerprint(item, opts)
+    if not force and out.exists():
+        try:
+            old = json.loads(out.read_text())
+            if old.get("fingerprint") == fp:
+                return Outcome(item, old, skipped=True)
+        except (OSError, json.JSONDecodeError):
+            pass
+    t0 = time.monotonic()
+    import copy
+
+    o = copy.copy(opts)
+    o.assignment = item.assignment
+    res = grade_submission(item.path, o)
+    secs = time.monotonic() - t0
+    rep = {"student": item.student, "assignment": res.assignment or item.assignment,
+           "submission": str(item.path), "fingerprint": fp, "seconds": round(secs, 2),
+           **res.to_dict()}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(rep, indent=2))
+    os.replace(tmp, out)
+    return Outcome(item, rep, seconds=secs)
+
+
+def write_outputs(outcomes: list[Outcome], csv_path: Path, reports: Path) -> None:
+    from . import registry
+
+    order = {p.name: i for i, p in enumerate(registry.problems())}
+    fnames: list[str] = []
+    for o in outcomes:
+        for n in o.report.get("functions", {}):
+            if n not in fnames:
+                fnames.append(n)
+    fnames.sort(key=lambda n: order.get(n, 1 << 30))
+    rows = sorted(outcomes, key=lambda o: (o.item.student, o.report.get("assignment") or ""))
+    csv_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = csv_path.with_suffix(csv_path.suffix + ".tmp")
+    with open(tmp, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["student", "assignment"] + fnames + ["total", "max_total"])
+        for o in rows:
+            fs = o.report.get("functions", {})
+            w.writerow([o.item.student, o.report.get("assignment") or ""]
+                       + [fs[n]["score"] if n in fs else "" for n in fnames]
+                       + [o.report.get("score", 0), o.report.get("max_score", 0)])
+    os.replace(tmp, csv_path)
+    by_student: dict[str, list[dict]] = {}
+    for o in rows:
+        by_student.setdefault(o.item.student, []).append(o.report)
+    for student, reps in by_student.items():
+        doc = {"student": student,
+               "score": round(sum(r.get("score", 0) for r in reps), 4),
+               "max_score": round(sum(r.get("max_score", 0) for r in reps), 4),
+               "assignments": {(r.get("assignment") or Path(r["submission"]).stem): r
+                               for r in reps}}
+        (reports / f"{_slug(student)}.json").write_text(json.dumps(doc, indent=2))
+
+
+def grade_all(root: Path, *, workers: int = 1, out: Optional[Path] = None,
+              reports: Optional[Path] = None, force: bool = False, opts=None,
+              progress: bool = True, warm: bool = True) -> list[Outcome]:
+    from .sandbox import Options, warm_cache
+
+    opts = opts or Options()
+    root = Path(root)
+    items = discover(root)
+    out = Path(out) if out else Path("grades.csv")
+    reports = Path(reports) if reports else out.parent / "reports"
+    reports.mkdir(parents=True, exist_ok=True)
+    if opts.cache_dir is None:
+        opts.cache_dir = reports / ".jax_cache"
+    if warm and items:
+        stamp = Path(opts.cache_dir) / ".warmed"
+        want = json.dumps([GRADER_VERSION, opts.seed, opts.with_speed, opts.quick])
+        if not (stamp.exists() and stamp.read_text() == want):
+            if warm_cache(Path(opts.cache_dir), opts):
+                stamp.write_text(want)
+    outcomes: list[Outcome] = []
+    lock = threading.Lock()
+    bar = None
+    if progress:
+        try:
+            from tqdm import tqdm
+
+            bar = tqdm(total=len(items), unit="submission", desc="grading", file=sys.stderr)
+        except ImportError:  # pragma: no cover
+            bar = None
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        futs = {pool.submit(grade_one, it, opts, reports, force=force): it for it in items}
+        for fut in as_completed(futs):
+            it = futs[fut]
+            try:
+                o = fut.result()
+            except Exception as e:  # noqa: BLE001 - the grader itself failed on this one
+                o = Outcome(it, {"student": it.student, "assignment": it.assignment,
+                                 "submission": str(it.path), "score": 0.0, "max_score": 0.0,
+                                 "functions": {}, "error": f"{type(e).__name__}: {e}"})
+            with lock:
+                outcomes.append(o)
+                write_outputs(outcomes, out, reports)  # progress survives an interruption
+            if bar is not None:
+                bar.set_postfix_str(f"{it.key}: {o.report.get('score', 0):g}/"
+                                    f"{o.report.get('max_score', 0):g}"
+                                    + (" (done before)" if o.skipped else ""))
+                bar.update(1)
+    if bar is not None:
+        bar.close()
+    write_outputs(outcomes, out, reports)
+    return outcomes
+
+
+def add_parser(sub) -> None:
+    g = sub.add_parser("grade-all", help="grade every submission of a class folder")
+    g.add_argument("dir", help="nbgrader course folder (or its submitted/), or a flat folder")
+    g.add_argument("--workers", type=int, default=max(1, min(2, os.cpu_count() or 1)),
+                   help="submissions graded at once (default: min(2, CPUs))")
+    g.add_argument("--out", default="grades.csv", help="the CSV (default grades.csv)")
+    g.add_argument("--reports", help="folder of JSON reports (default: next to the CSV)")
+    g.add_argument("--force", action="store_true", help="grade again what was graded before")
+    g.add_argument("--quick", action="store_true", help="fewer meshes and cases")
+    g.add_argument("--no-speed", action="store_true", help="skip the speed check")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--function-timeout", type=float, default=150.0,
+                   help="seconds per graded function (default 150)")
+    g.add_argument("--load-timeout", type=float, default=120.0,
+                   help="seconds to load one submission (default 120)")
+    g.add_argument("--memory-mb", type=int, default=6144,
+                   help="resident memory per worker (default 6144)")
+    g.add_argument("--cache-dir", help="JAX compilation cache (default: REPORTS/.jax_cache)")
+    g.add_argument("--no-progress", action="store_true")
+    g.set_defaults(func=_cmd)
+
+
+def _cmd(a) -> int:
+    from .sandbox import Limits, Options
+
+    root = Path(a.dir)
+    if not root.is_dir():
+        print(f"no such folder: {root}", file=sys.stderr)
+        return 2
+    lim = Limits(per_function_s=a.function_timeout, load_s=a.load_timeout,
+                 memory_mb=a.memory_mb)
+    opts = Options(quick=a.quick, seed=a.seed, with_speed=not a.no_speed,
+                   cache_dir=Path(a.cache_dir) if a.cache_dir else None, limits=lim)
+    t0 = time.monotonic()
+    outcomes = grade_all(root, workers=a.workers, out=Path(a.out),
+                         reports=Path(a.reports) if a.reports else None, force=a.force,
+                         opts=opts, progress=not a.no_progress)
+    graded = [o for o in outcomes if not o.skipped]
+    print(f"{len(outcomes)} submission(s): {len(graded)} graded, "
+          f"{len(outcomes) - len(graded)} unchanged since the last run; "
+          f"{time.monotonic() - t0:.1f} s; CSV: {a.out}", file=sys.stderr)
+    return 0

@@ -1,0 +1,146 @@
+"""Modeling a jitted function's per-device program, and the student-vs-baseline comparison.
+
+Both the student's function and the jit baseline are compiled by XLA (on whatever backend is
+present) with a dump of the module right after SPMD partitioning: the per-device program with the
+collectives the student wrote in shard_map or the ones GSPMD inserted, before XLA:CPU's own passes
+merge chunked collectives or make them asynchronous. Both are then costed by the same rules.
+"""
+from __future__ import annotations
+
+import functools
+import glob
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from . import chips as chipmod
+from .cost import Geometry, build_tasks
+from .hlo import ModelError, flatten
+from .schedule import Timeline, schedule
+
+#: the dump that holds the partitioned per-device module (single-device programs have none)
+_PASS_RE = "spmd-partitioning"
+
+
+def partitioned_hlo(fn, args, *, static_argnums=(), out_shardings=None) -> str:
+    """The per-device HLO text of ``jax.jit(fn)(*args)`` right after SPMD partitioning."""
+    import jax
+
+    kw = {} if out_shardings is None else {"out_shardings": out_shardings}
+    lowered = jax.jit(fn, static_argnums=static_argnums, **kw).lower(*args)
+    d = tempfile.mkdtemp(prefix="tpumodel-")
+    try:
+        lowered.compile(compiler_options={"xla_dump_to": d, "xla_dump_hlo_pass_re": _PASS_RE,
+                                          "xla_dump_hlo_as_text": True})
+        files = sorted(glob.glob(os.path.join(d, "*after_spmd-partitioning*.txt")))
+        if not files:
+            files = sorted(glob.glob(os.path.join(d, "*before_optimizations.txt")))
+        if not files:
+            raise ModelError("XLA did not dump the partitioned module")
+        # the last module compiled is ours (earlier ones may be helper computations)
+        with open(files[-1], encoding="utf-8") as fh:
+            return fh.read()
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@dataclass
+class Modeled:
+    timeline: Timeline
+    chip: str
+    mesh_shape: tuple
+    name: str = ""
+
+    @property
+    def time_us(self) -> float:
+        return self.timeline.makespan * 1e6
+
+    def summary(self) -> dict:
+        return {"name": self.name, "chip": self.chip, **self.timeline.summary()}
+
+
+def model_hlo(text: str, mesh_shape=(1,), axis_names=("X",), chip=None, device: int = 0,
+              name: str = "") -> Modeled:
+    chip = chipmod.get_chip(chip)
+    nodes, out = flatten(text, device=device)
+    geo = Geometry(tuple(mesh_shape), tuple(axis_names))
+    tasks = build_tasks(nodes, out, geo, chip, device)
+    return Modeled(schedule(tasks), chip.name, tuple(mesh_shape), name)
+
+
+def _mesh_geometry(mesh):
+    if mesh is None:
+        return (1,), ("X",)
+    return tuple(int(s) for s in mesh.devices.shape), tuple(str(a) for a in mesh.axis_names)
+
+
+def model_function(fn, args, mesh=None, *, chip=None, static_argnums=(), out_shardings=None,
+                   name: str = "") -> Modeled:
+    """Model ``jax.jit(fn)(*args)`` (args placed on ``mesh``) on a TPU generation."""
+    text = partitioned_hlo(fn, args, static_argnums=static_argnums, out_shardings=out_shardings)
+    shape, names = _mesh_geometry(mesh)
+    return model_hlo(text, shape, names, chip=chip, name=name)
+
+
+def _problem(problem):
+    if isinstance(problem, str):
+        from .. import registry
+
+        return registry.get(problem)
+    return problem
+
+
+def compare(problem, fn, mesh, args, *, chip=None) -> tuple[Modeled, Modeled]:
+    """(student, baseline) models for a registry problem on placed ``args``."""
+    from jax.sharding import NamedSharding
+
+    problem = _problem(problem)
+    if problem.baseline is None:
+        raise ModelError(f"{problem.name} has no jit baseline to compare with")
+    bind = (lambda f: functools.partial(f, mesh=mesh)) if problem.uses_mesh else (lambda f: f)
+    geo_mesh = mesh if problem.uses_mesh else None
+    st = model_function(bind(fn), args, geo_mesh, chip=chip,
+                        static_argnums=problem.static_argnums, name="student")
+    outs = NamedSharding(mesh, problem.out_spec) if problem.uses_mesh else None
+    base = model_function(bind(problem.baseline), args, geo_mesh, chip=chip,
+                          static_argnums=problem.static_argnums, out_shardings=outs,
+                          name="jit baseline")
+    return st, base
+
+
+def modeled_threshold(problem) -> float:
+    return problem.threshold("tpu_model")
+
+
+def grading_modeler(problem, fn, mesh, args, *, chip=None) -> dict:
+    """The ``modeler`` hook of :func:`autograder.grading.grade_function`.
+
+    Returns ``{'chip', 'student_us', 'baseline_us', 'ratio', 'threshold'}``, or
+    ``{'note': ...}`` when the program cannot be modeled (the check then uses wall-clock).
+    """
+    try:
+        st, base = compare(problem, fn, mesh, args, chip=chip)
+    except ModelError as e:
+        return {"note": f"the TPU model could not handle this program ({e}); judged on "
+                        "wall-clock instead"}
+    except Exception as e:  # noqa: BLE001 - the model must never break grading
+        return {"note": f"the TPU model failed ({type(e).__name__}: {str(e)[:200]}); judged on "
+                        "wall-clock instead"}
+    s, b = st.time_us, base.time_us
+    return {"chip": st.chip, "student_us": s, "baseline_us": b,
+            "ratio": s / max(b, 1e-9), "threshold": modeled_threshold(_problem(problem)),
+            "student": st.summary(), "baseline": base.summary()}
+
+
+def default_modeler():
+    """The modeler grading uses by default: the TPU model unless a real TPU is present."""
+    try:
+        from ..devices import platform
+
+        if platform() == "tpu":
+            return None
+    except Exception:  # noqa: BLE001
+        pass
+    return grading_modeler

@@ -1,0 +1,141 @@
+# %% [markdown]
+# # Problem set 1: work that stays on its shard
+#
+# This notebook is about the two ways JAX lets you program many devices at once:
+#
+# * **`jax.jit` with shardings** — you write ordinary array code for the *whole* array (the
+#   *global view*), tell JAX how the inputs and outputs are laid out, and the XLA compiler
+#   (its GSPMD partitioner) decides what each device computes and what it must send.
+# * **`jax.shard_map`** — you write the program *one device* runs on *its own piece* (the *local
+#   view*), and any data that has to move between devices moves only because you wrote a
+#   collective (`psum`, `all_gather`, `ppermute`, ...).
+#
+# Both problems here need **no communication at all**: each answer can be computed from the
+# data a device already holds. Your job is to write code that lets the compiler see that.
+#
+# Run the set-up cell below first. It gives you 8 devices: real ones on a TPU/GPU host, and
+# 8 emulated CPU devices anywhere else (your laptop, CI, Colab's single-chip runtimes), so every
+# cell runs the same way everywhere.
+
+# %% [markdown]
+# ## Meshes and shardings
+#
+# A **mesh** arranges the devices in a grid with named axes. This course always uses a 2-D mesh
+# with axes `'X'` and `'Y'`; `make_mesh(2, 4)` puts the 8 devices in 2 rows of 4.
+#
+# A **`PartitionSpec`** says, for each dimension of an array, which mesh axis splits it:
+# `P('X', 'Y')` cuts the rows into `X` blocks and the columns into `Y` blocks, so each device
+# holds one `[S/X, D/Y]` tile. `None` means "not split along this dimension" (every device along
+# that mesh axis holds a full copy). A `NamedSharding(mesh, spec)` binds the two together.
+
+# %%
+import functools
+
+import numpy as np
+import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+mesh = make_mesh(2, 4)
+S, D = 16, 8
+A = jax.device_put(jnp.arange(S * D, dtype=jnp.float32).reshape(S, D),
+                   NamedSharding(mesh, P("X", "Y")))
+print("global shape:", A.shape)
+print("each device holds:", A.addressable_shards[0].data.shape)
+jax.debug.visualize_array_sharding(A)
+
+# %% [markdown]
+# Each box above is one device's tile. Try `P("X", None)` or `P(None, "Y")` and look again: a
+# dimension that is not split is copied to every device along the unused mesh axis.
+#
+# ## Seeing the communication
+#
+# The compiled program tells you what XLA decided to do. This helper lists the cross-device
+# operations (all-gather, all-reduce, collective-permute, ...) in a compiled function. You will
+# use it to check your own answers.
+
+# %%
+COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
+
+
+def compiled_collectives(f, *args):
+    """The lines of f's compiled program that move data between devices."""
+    text = jax.jit(f).lower(*args).compile().as_text()
+    return [l.strip() for l in text.splitlines()
+            if any(f" {c}(" in l or f" {c}-start(" in l for c in COLLECTIVES)]
+
+
+# Summing over the rows of a row-sharded array needs an all-reduce across X:
+print(compiled_collectives(lambda a: a.sum(axis=0), A))
+
+# %% [markdown]
+# ## Problem 1a: the average of each X-shard, with `jax.jit`
+#
+# `A` is `f32[S, D]` sharded `P('X', 'Y')`: X-shard `i` holds rows `i*S/X ... (i+1)*S/X - 1`.
+# Write `shard_average_jit(A, mesh)` returning `f32[X, D]` whose row `i` is the mean of the rows
+# held by X-shard `i`, sharded `P('X', 'Y')`.
+#
+# Rules: global-view `jnp` code only (no `shard_map`), and the compiled program must contain
+# **no collectives**. Read the number of shards from the mesh (`mesh.shape['X']`): the grader runs
+# your function on meshes 2x4, 4x2, 1x8 and 8x1.
+#
+# *Hint:* think about which reshape of the row axis keeps every block's rows together on the
+# devices that already hold them. If XLA still inserts communication, you can tell it the layout
+# you mean with `jax.lax.with_sharding_constraint`.
+
+# %% [solution] shard_average_jit
+
+# %% [check] shard_average_jit
+
+# %% [markdown]
+# Check the communication yourself; the list should be empty:
+
+# %%
+print(compiled_collectives(functools.partial(shard_average_jit, mesh=mesh), A))
+
+# %% [markdown]
+# ## Problem 1b: the same average with `shard_map`
+#
+# Now write `shard_average_shard_map(A, mesh)` with `jax.shard_map`. Inside, your function
+# receives one device's `[S/X, D/Y]` tile and returns that device's part of the output. Think
+# about what shape each device's output piece must have so that `out_specs=P('X', 'Y')`
+# assembles it into `[X, D]`. No collectives needed.
+#
+# `jax.shard_map(f, mesh=mesh, in_specs=..., out_specs=...)` returns a function of the global
+# arrays; it is traceable under `jax.jit` like any other.
+
+# %% [solution] shard_average_shard_map
+
+# %% [check] shard_average_shard_map
+
+# %% [markdown]
+# ## Problem 2: roll within each X-shard
+#
+# Write `roll_diff(A, shift, mesh)` returning `f32[S, D]`, sharded `P('X', 'Y')`, where each
+# X-shard block `b` (the `[S/X, D]` rows that shard holds) becomes `roll(b, shift, axis=0) - b`.
+# Rows roll around *within* their block, never into a neighbour's.
+#
+# Use `shard_map`; no collectives. `shift` is a Python `int` (the grader passes it as a static
+# argument) and can be any integer: zero, negative, or larger than a block.
+#
+# *Why not `jax.jit`?* In the global view the block boundaries are invisible, so a plain
+# `jnp.roll(A, shift, axis=0)` moves rows across shards: wrong answer *and* communication.
+
+# %%
+# A quick picture of what "within a block" means, on one small example (NumPy):
+blocks = np.arange(8).reshape(2, 4)  # 2 shards of 4 rows
+print(np.roll(blocks, 1, axis=1))    # each row here is one shard's block
+
+# %% [solution] roll_diff
+
+# %% [check] roll_diff
+
+# %% [markdown]
+# ## Going further
+#
+# * Time `shard_average_jit` and `shard_average_shard_map` against each other with
+#   `%timeit f(A).block_until_ready()`. On 8 emulated CPU devices the numbers are noisy; on a TPU
+#   both should be about as fast as reading `A` once.
+# * Replace `out_specs=P('X', 'Y')` by `P(None, 'Y')` in your shard_map average: what does JAX
+#   say, and why? (With `check_vma=True`, shard_map checks that an output declared as replicated
+#   over an axis really is the same on every device of that axis.)

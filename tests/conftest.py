@@ -1,0 +1,35 @@
+"""Shared fixtures: 8 emulated devices before anything touches JAX, and fixture loading."""
+from pathlib import Path
+
+import pytest
+
+from autograder.devices import setup_devices
+
+setup_devices()
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+@pytest.fixture(scope="session")
+def root() -> Path:
+    return ROOT
+
+
+def load_fixture(area: str, name: str):
+    from autograder.loader import load
+
+    return load(FIXTURES / area / f"{name}.py", statement_timeout=5, total_timeout=20)
+
+
+def grade(area: str, fixture: str, function: str, **kw):
+    """Grade one function of a fixture file in-process (no speed check unless asked)."""
+    from autograder import grading, registry
+
+    kw.setdefault("with_speed", False)
+    loaded = load_fixture(area, fixture)
+    return grading.grade_function(registry.get(function), loaded.function(function), **kw)
+
+
+def check_of(result, name):
+    return next(c for c in result.checks if c.name == name)

@@ -1,0 +1,159 @@
+"""grade-all on a mixed class (tests/fixtures/class, made by make_class.py).
+
+The whole class is graded once (module fixture, quick and without the speed check, short time
+limits) and every student's verdicts are checked: correct functions at full marks, broken ones
+with the check and the reason they deserve, the batch finishing whatever the submissions do.
+"""
+import csv
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from autograder.batch import discover, grade_all
+from autograder.sandbox import Limits, Options
+
+CLASS = Path(__file__).parent / "fixtures" / "class"
+FULL = {"shard_average_jit": 3.0, "shard_average_shard_map": 3.0, "roll_diff": 4.0}
+EXPECTED = {
+    "alice": FULL,
+    "bob": FULL,
+    "carol": FULL,
+    "dave": {"shard_average_jit": 0.0, "shard_average_shard_map": 0.0, "roll_diff": 4.0},
+    "erin": {"shard_average_jit": 0.0, "shard_average_shard_map": 0.0, "roll_diff": 0.0},
+    "frank": {"shard_average_jit": 0.0, "shard_average_shard_map": 0.0, "roll_diff": 0.0},
+    "grace": {"shard_average_jit": 0.0, "shard_average_shard_map": 0.0, "roll_diff": 0.0},
+    "heidi": {"shard_average_jit": 0.0, "shard_average_shard_map": 0.0, "roll_diff": 0.0},
+    "ivan": {"shard_average_jit": 3.0, "shard_average_shard_map": 3.0, "roll_diff": 0.0},
+    "judy": FULL,
+    "ken": {"shard_average_jit": 0.0, "shard_average_shard_map": 0.0, "roll_diff": 4.0},
+}
+
+
+def _opts():
+    lim = Limits(per_function_s=20, load_s=45, statement_s=3, output_mb=1)
+    return Options(quick=True, with_speed=False, limits=lim)
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    out = tmp_path_factory.mktemp("grades")
+    outcomes = grade_all(CLASS, workers=2, out=out / "grades.csv", opts=_opts(), progress=False)
+    return out, {o.item.student: o.report for o in outcomes}
+
+
+def _failed(report, fn, check):
+    """The message of a failed check (AssertionError if it passed or is absent)."""
+    for c in report["functions"][fn]["checks"]:
+        if c["name"] == check:
+            assert not c["passed"], (fn, check, c)
+            return c["message"]
+    raise AssertionError(f"no {check} check for {fn}: {report['functions'][fn]['checks']}")
+
+
+def test_discover_nbgrader_layout():
+    items = discover(CLASS)
+    assert sorted(i.student for i in items) == sorted(EXPECTED)
+    assert {i.assignment for i in items} == {"ps1_sharding"}
+    assert all(i.path.suffix in (".ipynb", ".py") for i in items)
+
+
+def test_discover_flat_folder(tmp_path):
+    src = CLASS / "submitted"
+    shutil.copy(src / "alice" / "ps1_sharding" / "ps1_sharding.ipynb",
+                tmp_path / "alice_ps1_sharding.ipynb")
+    shutil.copy(src / "erin" / "ps1_sharding" / "ps1_sharding.py", tmp_path / "erin.py")
+    items = {i.student: i for i in discover(tmp_path)}
+    assert set(items) == {"alice", "erin"}
+    assert items["alice"].assignment == "ps1_sharding"
+    assert items["erin"].assignment is None  # guessed later from what the file defines
+
+
+def test_every_score(graded):
+    _, reps = graded
+    assert set(reps) == set(EXPECTED)
+    got = {s: {n: f["score"] for n, f in r["functions"].items()} for s, r in reps.items()}
+    assert got == EXPECTED
+
+
+def test_reasons(graded):
+    _, r = graded
+    # hangs: Python loop at trace time, endless while_loop inside XLA; the rest still graded
+    assert "time limit" in _failed(r["dave"], "shard_average_jit", "numerics")
+    assert "time limit" in _failed(r["dave"], "shard_average_shard_map", "numerics")
+    # ordinary failures get the numerics check with what went wrong
+    assert "ValueError: not done yet" in _failed(r["erin"], "shard_average_jit", "numerics")
+    assert "NaN" in _failed(r["erin"], "shard_average_shard_map", "numerics")
+    assert "expected shape" in _failed(r["erin"], "roll_diff", "numerics")
+    # crash of the interpreter, flood of output, an object faking equality
+    assert "SIGSEGV" in _failed(r["frank"], "shard_average_jit", "numerics")
+    assert "File too large" in _failed(r["frank"], "shard_average_shard_map", "numerics")
+    assert any("printed more than" in n for n in r["frank"]["notes"])
+    assert "AlwaysEqual" in _failed(r["frank"], "roll_diff", "numerics")
+    # the course's solutions and the grader cannot be imported; memory blow-up is an error
+    notes = " ".join(r["grace"]["notes"])
+    assert "'solutions.ps1_sharding' is not allowed" in notes
+    assert "'autograder.problems.ps1_sharding' is not allowed" in notes
+    assert "not found" in _failed(r["grace"], "shard_average_jit", "numerics")
+    assert "MemoryError" in _failed(r["grace"], "roll_diff", "numerics")
+    # tampering: frozen clocks at import, patched grader / jax.numpy at trace time
+    for fn in FULL:
+        assert "time.perf_counter was replaced" in _failed(r["heidi"], fn, "integrity")
+    assert "compare_values was replaced" in _failed(r["ivan"], "roll_diff", "integrity")
+    assert "jax.numpy.allclose was replaced" in _failed(r["ken"], "shard_average_jit",
+                                                         "integrity")
+    assert "not found" in _failed(r["ken"], "shard_average_shard_map", "numerics")
+
+
+def test_load_problems_cost_only_the_statement(graded):
+    _, r = graded
+    notes = " ".join(r["carol"]["notes"])
+    assert "line 5: skipped, it ran for over" in notes  # time.sleep at import
+    assert "os._exit" in notes  # the interpreter exited while loading line 6
+    assert "ZeroDivisionError" in notes
+    notes = " ".join(r["bob"]["notes"])
+    assert "SyntaxError" in notes
+
+
+def test_forged_results_change_nothing(graded):
+    _, r = graded
+    assert r["judy"]["score"] == 10.0
+    assert any("not the grader's own" in n for n in r["judy"]["notes"])
+
+
+def test_csv_and_reports(graded):
+    out, reps = graded
+    rows = list(csv.DictReader(open(out / "grades.csv")))
+    assert [row["student"] for row in rows] == sorted(EXPECTED)
+    for row in rows:
+        want = EXPECTED[row["student"]]
+        assert row["assignment"] == "ps1_sharding"
+        for fn, pts in want.items():
+            assert float(row[fn]) == pts
+        assert float(row["total"]) == sum(want.values())
+        assert float(row["max_total"]) == 10.0
+    doc = json.loads((out / "reports" / "dave.json").read_text())
+    assert doc["assignments"]["ps1_sharding"]["functions"]["roll_diff"]["score"] == 4.0
+    assert doc["score"] == 4.0
+
+
+def test_resume_skips_graded(graded):
+    out, _ = graded
+    outcomes = grade_all(CLASS, workers=1, out=out / "grades.csv", opts=_opts(), progress=False)
+    assert outcomes and all(o.skipped for o in outcomes)
+    rows = list(csv.DictReader(open(out / "grades.csv")))
+    assert len(rows) == len(EXPECTED)
+
+
+def test_cli_grade_all(tmp_path):
+    from autograder.cli import main
+
+    d = tmp_path / "cls" / "submitted" / "alice" / "ps1_sharding"
+    d.mkdir(parents=True)
+    shutil.copy(CLASS / "submitted" / "erin" / "ps1_sharding" / "ps1_sharding.py", d)
+    rc = main(["grade-all", str(tmp_path / "cls"), "--workers", "1", "--quick", "--no-speed",
+               "--out", str(tmp_path / "g.csv"), "--no-progress"])
+    assert rc == 0
+    rows = list(csv.DictReader(open(tmp_path / "g.csv")))
+    assert rows[0]["student"] == "alice" and float(rows[0]["total"]) == 0.0

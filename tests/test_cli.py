@@ -1,0 +1,73 @@
+"""The CLI contract: python -m autograder grade SUBMISSION [--assignment] [--json], exit 0."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+from conftest import FIXTURES, ROOT
+
+
+def run_cli(*args, timeout=400, env_extra=None):
+    env = dict(os.environ, **(env_extra or {}))
+    t0 = time.time()
+    p = subprocess.run([sys.executable, "-m", "autograder", *args], capture_output=True,
+                       text=True, cwd=ROOT, env=env, timeout=timeout)
+    return p, time.time() - t0
+
+
+def test_reference_answers_full_marks_json():
+    p, _ = run_cli("grade", str(ROOT / "solutions" / "ps1_sharding.py"), "--json", "--no-speed")
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert d["assignment"] == "ps1_sharding"
+    assert d["score"] == d["max_score"] == 10
+    assert set(d["functions"]) == {"shard_average_jit", "shard_average_shard_map", "roll_diff"}
+    for f in d["functions"].values():
+        for c in f["checks"]:
+            assert set(c) == {"name", "passed", "message"}
+            assert c["name"] in {"numerics", "sharding", "structure", "memory", "speed"}
+
+
+def test_syntax_error_is_graded_not_crashed():
+    p, _ = run_cli("grade", str(FIXTURES / "ps1" / "syntax_error.py"), "--assignment",
+                   "ps1_sharding", "--json", "--no-speed")
+    assert p.returncode == 0
+    d = json.loads(p.stdout)
+    assert d["score"] == 0
+    assert any("SyntaxError" in n for n in d["notes"])
+
+
+def test_hang_on_import_is_bounded_and_keeps_other_definitions():
+    p, took = run_cli("grade", str(FIXTURES / "ps1" / "hang_on_import.py"), "--assignment",
+                      "ps1_sharding", "--json", "--no-speed")
+    assert p.returncode == 0
+    d = json.loads(p.stdout)
+    assert any("ran for over" in n for n in d["notes"]), d["notes"]
+    # the definition after the hanging statement still counts
+    assert d["functions"]["shard_average_jit"]["score"] == 3
+    assert took < 200
+
+
+def test_worker_killed_by_time_limit_reports_every_function(tmp_path):
+    from autograder.cli import grade_path
+
+    sub = tmp_path / "ps1_sharding_sleepy.py"
+    sub.write_text("import time\n\ndef roll_diff(A, shift, mesh):\n    time.sleep(600)\n")
+    res = grade_path(sub, "ps1_sharding", with_speed=False, timeout=25)
+    assert res.score == 0
+    msg = res.functions["roll_diff"].checks[0].message
+    assert "stopped" in msg or "timed out" in msg, msg
+    assert set(res.functions) == {"shard_average_jit", "shard_average_shard_map", "roll_diff"}
+
+
+def test_notebook_submission(tmp_path):
+    p, _ = run_cli("grade", str(ROOT / "source" / "ps1_sharding" / "ps1_sharding.ipynb"),
+                   "--json", "--no-speed")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["score"] == 10
+
+
+def test_missing_file_is_an_error_exit():
+    p, _ = run_cli("grade", "/nonexistent/x.py")
+    assert p.returncode != 0

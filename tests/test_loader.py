@@ -1,0 +1,50 @@
+"""Taking definitions out of submissions without running their demos."""
+import nbformat
+from nbformat.v4 import new_code_cell, new_notebook
+
+from autograder.loader import load
+
+
+def test_notebook_skips_demos_magics_and_bad_cells(tmp_path):
+    nb = new_notebook(cells=[
+        new_code_cell("%pip install nothing\nimport math\nK = 3"),
+        new_code_cell("def f(x):\n    return x + K"),
+        new_code_cell("print('demo output')\nraise RuntimeError('demo cell')"),
+        new_code_cell("def g(:\n    pass"),
+        new_code_cell("for i in range(10**12):\n    pass"),
+        new_code_cell("def h():\n    return math.pi"),
+    ])
+    path = tmp_path / "sub.ipynb"
+    nbformat.write(nb, path)
+    loaded = load(path)
+    assert loaded.function("f")(1) == 4
+    assert loaded.function("h")() > 3
+    assert loaded.function("g") is None
+    assert any("SyntaxError" in n and "cell 4" in n for n in loaded.notes)
+
+
+def test_failing_assignment_is_a_note_not_a_crash(tmp_path):
+    p = tmp_path / "s.py"
+    p.write_text("x = 1 / 0\n\ndef f():\n    return 1\n")
+    loaded = load(p)
+    assert loaded.function("f")() == 1
+    assert any("ZeroDivisionError" in n for n in loaded.notes)
+
+
+def test_statement_time_limit(tmp_path):
+    p = tmp_path / "s.py"
+    p.write_text("import time\nx = time.sleep(30)\n\ndef f():\n    return 2\n")
+    loaded = load(p, statement_timeout=1)
+    assert loaded.function("f")() == 2
+    assert any("ran for over" in n for n in loaded.notes)
+
+
+def test_invalid_notebook_json(tmp_path):
+    p = tmp_path / "broken.ipynb"
+    p.write_text("{not json")
+    try:
+        load(p)
+    except ValueError as e:
+        assert "not a valid notebook" in str(e)
+    else:
+        raise AssertionError("expected ValueError")

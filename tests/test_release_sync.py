@@ -1,0 +1,80 @@
+"""source/ is built from notebooks/ + solutions/, release/ from source/: both must be current."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+
+ASSIGNMENTS = sorted(p.stem for p in (ROOT / "notebooks").glob("ps*.py"))
+
+
+def test_source_is_built_from_templates_and_solutions():
+    p = subprocess.run([sys.executable, "tools/build_notebooks.py", "--check"], cwd=ROOT,
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+
+
+def _cells(path: Path):
+    nb = json.loads(path.read_text())
+    return [(c["cell_type"], "".join(c["source"]), c.get("metadata", {}).get("nbgrader"))
+            for c in nb["cells"]]
+
+
+@pytest.fixture(scope="module")
+def regenerated(tmp_path_factory):
+    course = tmp_path_factory.mktemp("course")
+    shutil.copytree(ROOT / "source", course / "source",
+                    ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache"))
+    shutil.copy(ROOT / "nbgrader_config.py", course / "nbgrader_config.py")
+    nbgrader = Path(sys.executable).with_name("nbgrader")
+    env = dict(os.environ, PATH=str(nbgrader.parent) + os.pathsep + os.environ["PATH"])
+    for asg in ASSIGNMENTS:
+        p = subprocess.run([str(nbgrader), "generate_assignment", asg, "--force", "--no-db"],
+                           cwd=course, capture_output=True, text=True, env=env)
+        assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    return course / "release"
+
+
+@pytest.mark.parametrize("asg", ASSIGNMENTS)
+def test_release_matches_nbgrader_output(asg, regenerated):
+    committed = ROOT / "release" / asg
+    fresh = regenerated / asg
+    names = sorted(p.name for p in fresh.iterdir() if p.is_file())
+    assert sorted(p.name for p in committed.iterdir() if p.is_file()
+                  and "__pycache__" not in p.parts) == names, "run `make release`"
+    for name in names:
+        if name.endswith(".ipynb"):
+            assert _cells(committed / name) == _cells(fresh / name), f"{name}: run `make release`"
+        else:
+            assert (committed / name).read_text() == (fresh / name).read_text(), name
+
+
+@pytest.mark.parametrize("asg", ASSIGNMENTS)
+def test_release_reveals_no_solutions_or_hidden_tests(asg):
+    from tools_helpers import solution_bodies
+
+    release = ROOT / "release" / asg
+    text = "\n".join(p.read_text() for p in release.iterdir() if p.is_file())
+    for marker in ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "autograder.nb"):
+        assert marker not in text, f"{marker!r} leaked into release/{asg}"
+    for body in solution_bodies(asg):
+        assert body not in text, f"solution code leaked into release/{asg}:\n{body}"
+
+
+@pytest.mark.parametrize("asg", ASSIGNMENTS)
+def test_release_stubs_raise_not_implemented(asg):
+    from autograder.loader import load
+
+    loaded = load(ROOT / "release" / asg / f"{asg}.ipynb")
+    from autograder import registry
+
+    for p in registry.problems(asg):
+        fn = loaded.function(p.name)
+        assert fn is not None, p.name
+        with pytest.raises(NotImplementedError):
+            fn(*([None] * len(p.arg_names)), **({"mesh": None} if p.uses_mesh else {}))

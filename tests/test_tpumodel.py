@@ -1,0 +1,301 @@
+"""The modeled-TPU timing: known answers, calibration, ordering, determinism, grading hook."""
+from __future__ import annotations
+
+import functools
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from autograder.devices import setup_devices
+
+setup_devices()
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
+
+from autograder import tpumodel  # noqa: E402
+from autograder.meshes import make_mesh  # noqa: E402
+from autograder.registry import Problem  # noqa: E402
+from autograder.tpumodel import chips  # noqa: E402
+from autograder.tpumodel.api import model_function  # noqa: E402
+from autograder.tpumodel.cost import Geometry, Task  # noqa: E402
+from autograder.tpumodel.schedule import schedule  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from benchmarks import collective_matmuls as cm  # noqa: E402
+
+V5E = chips.CHIPS["v5e"]
+US = 1e-6
+
+
+@pytest.fixture(scope="module")
+def mesh():
+    return make_mesh(2, 4)
+
+
+def _put(mesh, shape, spec, dtype=jnp.float32):
+    return jax.device_put(jnp.zeros(shape, dtype), NamedSharding(mesh, spec))
+
+
+def _model(fn, args, mesh, **kw):
+    return model_function(functools.partial(fn, mesh=mesh), args, mesh, **kw)
+
+
+def _sm(body, mesh, in_specs, out_specs):
+    return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
+                                 check_vma=False))
+
+
+# -------------------------------------------------------------------------- known answers
+def test_pure_matmul_is_roofline(mesh):
+    a = _put(mesh, (1024, 2048), P("X", None))
+    w = _put(mesh, (2048, 8192), P(None, "Y"))
+    m = _model(cm.matmul_unsharded_contracting, (a, w), mesh)
+    flops = 2 * 512 * 2048 * 2048
+    expect = flops / V5E.matmul_flops("f32") + chips.KERNEL_OVERHEAD_S
+    assert m.timeline.makespan == pytest.approx(expect, rel=1e-9)
+    s = m.timeline.summary()
+    assert s["comm_us"] == 0 and s["exposed_comm_us"] == pytest.approx(0, abs=1e-9)
+    # bf16 runs at the bf16 peak: six times the f32 rate on the MXU
+    ab, wb = _put(mesh, (1024, 2048), P("X", None), jnp.bfloat16), _put(
+        mesh, (2048, 8192), P(None, "Y"), jnp.bfloat16)
+    mb = _model(cm.matmul_unsharded_contracting, (ab, wb), mesh)
+    assert mb.timeline.makespan < m.timeline.makespan / 4
+
+
+def test_pure_all_gather_is_ring(mesh):
+    f = _sm(lambda a: jax.lax.all_gather(a, "Y", axis=0, tiled=True), mesh, P("X", "Y"),
+            P("X", None))
+    a = _put(mesh, (1024, 2048), P("X", "Y"))
+    m = model_function(f, (a,), mesh)
+    shard = 512 * 512 * 4
+    expect = 3 * (shard / V5E.ici_bw + chips.ICI_LATENCY_S)  # n - 1 ring steps over Y
+    assert m.timeline.makespan == pytest.approx(expect, rel=1e-9)
+    assert m.timeline.summary()["exposed_comm_us"] == pytest.approx(expect / US, rel=1e-9)
+
+
+def test_ring_of_permutes(mesh):
+    def body(a):
+        for _ in range(3):  # n - 1 dependent hops around the Y ring
+            a = jax.lax.ppermute(a, "Y", [(j, (j + 1) % 4) for j in range(4)])
+        return a
+
+    a = _put(mesh, (1024, 2048), P("X", "Y"))
+    m = model_function(_sm(body, mesh, P("X", "Y"), P("X", "Y")), (a,), mesh)
+    one = 512 * 512 * 4 / V5E.ici_bw + chips.ICI_LATENCY_S
+    assert m.timeline.makespan == pytest.approx(3 * one, rel=1e-9)
+    comm = [t for t in m.timeline.tasks if t.kind == "comm"]
+    assert len(comm) == 3 and all(t.resources == (("Y", "+"),) for t in comm)
+
+
+def test_two_hop_permute_loads_two_links(mesh):
+    a = _put(mesh, (1024, 2048), P("X", "Y"))
+    f = _sm(lambda x: jax.lax.ppermute(x, "Y", [(j, (j + 2) % 4) for j in range(4)]), mesh,
+            P("X", "Y"), P("X", "Y"))
+    m = model_function(f, (a,), mesh)
+    assert m.timeline.makespan == pytest.approx(
+        2 * 512 * 512 * 4 / V5E.ici_bw + chips.ICI_LATENCY_S, rel=1e-9)
+
+
+def test_fully_overlappable_pair(mesh):
+    """An independent matmul and permute run side by side: time = the longer one."""
+    def body(a, w):
+        return a @ w, jax.lax.ppermute(a, "Y", [(j, (j + 1) % 4) for j in range(4)])
+
+    a = _put(mesh, (1024, 2048), P("X", "Y"))
+    w = _put(mesh, (512, 8192), P(None, "Y"))
+    f = _sm(body, mesh, (P("X", "Y"), P(None, "Y")), (P("X", "Y"), P("X", "Y")))
+    m = model_function(f, (a, w), mesh)
+    s = m.timeline.summary()
+    assert s["comm_us"] > 0 and s["compute_us"] > s["comm_us"]
+    assert s["time_us"] == pytest.approx(s["compute_us"], rel=1e-9)
+    assert s["exposed_comm_us"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_scheduler_by_hand():
+    t = [Task(0, "compute", "a", 3.0, ("compute",)),
+         Task(1, "comm", "p", 2.0, (("Y", "+"),)),
+         Task(2, "compute", "b", 1.0, ("compute",), {1}),
+         Task(3, "comm", "q", 5.0, (("Y", "-"),)),
+         Task(4, "compute", "c", 1.0, ("compute",), {3, 2})]
+    tl = schedule(t)
+    assert tl.start == {0: 0.0, 1: 0.0, 3: 0.0, 2: 3.0, 4: 5.0}
+    assert tl.makespan == 6.0 and tl.compute_time == 5.0 and tl.comm_time == 5.0
+    assert tl.exposed_comm_time == 1.0
+
+
+def test_geometry_routes_short_way():
+    g = Geometry((2, 4), ("X", "Y"))
+    assert [l[:2] for l in g.route(0, 3)] == [(1, "-")]
+    assert [l[:2] for l in g.route(0, 2)] == [(1, "+"), (1, "+")]
+    assert [l[:2] for l in g.route(0, 5)] == [(0, "+"), (1, "+")]
+
+
+# ------------------------------------------------------------------------------ calibration
+@pytest.fixture(scope="module")
+def published(mesh):
+    B, D, F = 1024, 2048, 8192
+    a, w = _put(mesh, (B, D), P("X", "Y")), _put(mesh, (D, F), P(None, "Y"))
+    a_whole = _put(mesh, (B, D), P("X", None))
+    out = NamedSharding(mesh, P("X", "Y"))
+    return {
+        "jit": _model(cm.matmul_allgather_jit, (a, w), mesh, out_shardings=out),
+        "uni": _model(cm.matmul_allgather_unidirectional, (a, w), mesh),
+        "bidi": _model(cm.matmul_allgather_bidirectional, (a, w), mesh),
+        "unsharded": _model(cm.matmul_unsharded_contracting, (a_whole, w), mesh),
+    }
+
+
+def test_calibration_ratios(published):
+    jit = published["jit"].time_us
+    assert published["uni"].time_us / jit == pytest.approx(244 / 311, rel=0.10)
+    assert published["unsharded"].time_us / jit == pytest.approx(224 / 311, rel=0.10)
+    # the jit baseline blocks on its all-gather; the collective matmuls hide theirs
+    assert published["jit"].timeline.summary()["exposed_comm_us"] > 50
+    for k in ("uni", "bidi"):
+        s = published[k].timeline.summary()
+        assert s["comm_us"] > 30 and s["exposed_comm_us"] < 0.05 * s["time_us"]
+
+
+@pytest.fixture(scope="module")
+def comm_bound(mesh):
+    B, D, F = 1024, 2048, 2048
+    a = _put(mesh, (B, D), P("X", "Y"), jnp.bfloat16)
+    w = _put(mesh, (D, F), P(None, "Y"), jnp.bfloat16)
+    return {k: _model(f, (a, w), mesh) for k, f in (
+        ("mono", cm.matmul_allgather_monolithic), ("uni", cm.matmul_allgather_unidirectional),
+        ("bidi", cm.matmul_allgather_bidirectional))}
+
+
+def test_ordering_on_comm_bound_shape(comm_bound):
+    t = {k: m.time_us for k, m in comm_bound.items()}
+    assert t["mono"] > t["uni"] > t["bidi"]
+    assert t["uni"] / t["bidi"] >= 1.3
+    lanes = {r for tk in comm_bound["bidi"].timeline.tasks for r in tk.resources}
+    assert {("Y", "+"), ("Y", "-")} <= lanes
+
+
+def test_xla_cpu_rewrites_do_not_leak(mesh):
+    """Four chunked psums stay four all-reduces (XLA:CPU would combine them later)."""
+    def body(a):
+        k = a.shape[1] // 4
+        return jnp.concatenate([jax.lax.psum(a[:, i * k:(i + 1) * k], "Y") for i in range(4)], 1)
+
+    a = _put(mesh, (64, 128), P("X", "Y"))
+    f = _sm(body, mesh, P("X", "Y"), P("X", None))
+    m = model_function(f, (a,), mesh)
+    comm = [t for t in m.timeline.tasks if t.kind == "comm"]
+    assert len(comm) == 4 and all("all-reduce over Y" in t.detail for t in comm)
+
+
+def test_fori_loop_unrolled_like_python_loop(mesh):
+    def rolled(a):
+        return jax.lax.fori_loop(0, 3, lambda i, x: jax.lax.ppermute(
+            x, "Y", [(j, (j + 1) % 4) for j in range(4)]), a)
+
+    a = _put(mesh, (1024, 2048), P("X", "Y"))
+    m = model_function(_sm(rolled, mesh, P("X", "Y"), P("X", "Y")), (a,), mesh)
+    assert sum(t.kind == "comm" for t in m.timeline.tasks) == 3
+
+
+def test_deterministic(mesh):
+    a = _put(mesh, (256, 512), P("X", "Y"), jnp.bfloat16)
+    w = _put(mesh, (512, 512), P(None, "Y"), jnp.bfloat16)
+    runs = [_model(cm.matmul_allgather_bidirectional, (a, w), mesh).timeline.summary()
+            for _ in range(2)]
+    assert runs[0] == runs[1]
+
+
+def test_chips_selectable(mesh):
+    a = _put(mesh, (256, 512), P("X", "Y"))
+    w = _put(mesh, (512, 512), P(None, "Y"))
+    t = {c: _model(cm.matmul_allgather_jit, (a, w), mesh, chip=c,
+                   out_shardings=NamedSharding(mesh, P("X", "Y"))).time_us
+         for c in ("v4", "v5e", "v5p", "v6e")}
+    assert t["v5p"] < t["v5e"] and t["v6e"] < t["v5e"]
+    with pytest.raises(KeyError):
+        chips.get_chip("v9z")
+
+
+def test_data_dependent_loop_is_a_model_error(mesh):
+    def body(a):
+        return jax.lax.while_loop(lambda x: x.sum() < 10.0, lambda x: x + 1.0, a)
+
+    a = _put(mesh, (64, 128), P("X", "Y"))
+    with pytest.raises(tpumodel.ModelError):
+        model_function(_sm(body, mesh, P("X", "Y"), P("X", "Y")), (a,), mesh)
+
+
+# --------------------------------------------------------------- the grading hook, profile
+def _problem():
+    from autograder.references import ps1_sharding as ref  # any numpy maker; not used here
+
+    return Problem(name="tpumodel_test_matmul", assignment="tpumodel_test", points=1,
+                   statement="", arg_names=("A", "W"), in_specs=(P("X", "Y"), P(None, "Y")),
+                   out_spec=P("X", "Y"), make_case=ref.shard_average_case,
+                   reference=ref.shard_average_reference, baseline=cm.matmul_allgather_jit)
+
+
+def test_grading_modeler_and_fallback(mesh):
+    prob = _problem()
+    a = _put(mesh, (1024, 2048), P("X", "Y"), jnp.bfloat16)
+    w = _put(mesh, (2048, 2048), P(None, "Y"), jnp.bfloat16)
+    d = tpumodel.grading_modeler(prob, cm.matmul_allgather_bidirectional, mesh, [a, w])
+    assert set(d) >= {"chip", "student_us", "baseline_us", "ratio", "threshold"}
+    assert d["ratio"] < 1.0 and d["chip"] == "v5e"
+
+    def data_loop(A, W, mesh):
+        return jax.lax.while_loop(lambda x: x.sum() < 1.0, lambda x: x + 1.0, A @ W)
+
+    d = tpumodel.grading_modeler(prob, data_loop, mesh, [a, w])
+    assert "ratio" not in d and "wall-clock" in d["note"]
+
+
+def test_speed_check_uses_model(mesh):
+    from autograder import checks
+
+    prob = _problem()
+    a = _put(mesh, (256, 512), P("X", "Y"), jnp.bfloat16)
+    w = _put(mesh, (512, 512), P(None, "Y"), jnp.bfloat16)
+
+    def slow(A, W, mesh):  # the same product computed five times over
+        out = A @ W
+        for i in range(4):
+            out = out + (A * (i + 1.0)) @ W
+        return out
+
+    d = tpumodel.grading_modeler(prob, slow, mesh, [a, w])
+    t = checks.Timing(1.0, 1.0, 1.0, 15, "cpu", d)
+    res = checks.speed(prob, t)
+    assert not res.passed and "modeled on TPU v5e" in res.message
+
+
+def test_profile_api_png(mesh, tmp_path):
+    prob = _problem()
+    a = _put(mesh, (256, 512), P("X", "Y"))
+    w = _put(mesh, (512, 512), P(None, "Y"))
+    p = tpumodel.profile(cm.matmul_allgather_unidirectional, prob, mesh, [a, w],
+                         png=str(tmp_path / "t.png"))
+    d = p.to_dict()
+    for k in ("student_us", "baseline_us", "ratio", "compute_us", "comm_us",
+              "exposed_comm_us", "png"):
+        assert k in d
+    assert Path(d["png"]).stat().st_size > 1000
+    assert "your function" in p.text()
+
+
+def test_profile_cli_json(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "autograder", "profile", str(ROOT / "solutions/ps1_sharding.py"),
+         "roll_diff", "--json", "--png", str(tmp_path / "r.png")],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    d = json.loads(out.stdout)
+    assert d["ratio"] == pytest.approx(1.0, rel=0.05) and d["comm_us"] == 0
+    assert Path(d["png"]).exists()

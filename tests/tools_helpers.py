@@ -1,0 +1,19 @@
+"""Helpers for tests that look inside solutions/."""
+import ast
+import textwrap
+
+from conftest import ROOT
+
+
+def solution_bodies(asg: str) -> list[str]:
+    """The non-trivial lines between BEGIN/END SOLUTION markers of solutions/<asg>.py."""
+    lines = (ROOT / "solutions" / f"{asg}.py").read_text().splitlines()
+    out, inside = [], False
+    for line in lines:
+        if "BEGIN SOLUTION" in line:
+            inside = True
+        elif "END SOLUTION" in line:
+            inside = False
+        elif inside and len(line.strip()) > 25 and not line.strip().startswith("#"):
+            out.append(line.strip())
+    return out
