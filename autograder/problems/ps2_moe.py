@@ -46,8 +46,11 @@ _BINDER = re.compile(r"\w+:([a-z]+\d*)\[([\d,\s]*)\]")
 
 
 def input_shapes(prog) -> list[tuple[str, tuple[int, ...]]]:
-    """(dtype, shape) of the traced function's arguments, read from its jaxpr's binders."""
-    m = re.search(r"\{\s*lambda\s*[^;]*;(.*?)\.\s*let", prog.jaxpr_text, re.S)
+    """(dtype, shape) of the traced function's arguments, read from its jaxpr's binders.
+
+    The printed jaxpr lists nested jaxprs first (``let name = { lambda ...``); the traced
+    function's own one starts a line with ``{ lambda``."""
+    m = re.search(r"^\{\s*lambda\s*[^;]*;(.*?)\.\s*let", prog.jaxpr_text, re.S | re.M)
     if not m:
         return []
     return [(dt, tuple(int(v) for v in dims.split(",") if v.strip()))

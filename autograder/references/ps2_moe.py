@@ -65,8 +65,8 @@ def _dims(rng, x, y, size, k=1):
     elif size == "grade":
         s, d = int(rng.integers(2, 13)), int(rng.integers(max(8, 2 * k + 2), 13))
         f, m = int(rng.integers(1, 5)), int(rng.integers(1, 4))
-    elif size == "speed":  # realistic enough to time: 4096 tokens, 8-16 experts
-        return 4096, 256, 256, x * max(1, 8 // x)
+    elif size == "speed":  # big enough to time, small enough for a CPU run in seconds
+        return 2048, 128, 128, x * max(1, 8 // x)
     elif size == "memory":  # compiled only: one all-gathered copy of A is S * D * 4 = 32 MiB
         return 32768, 256, 128, x * max(1, 8 // x)
     else:
