@@ -12,29 +12,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-from .results import CheckResult, FunctionResult, SubmissionResult
+from .results import SubmissionResult
 
 #: wall-clock budget per graded function, and for loading the submission
 PER_FUNCTION_S = 150.0
 LOAD_S = 120.0
-
-
-def _read_records(path: Path) -> list[dict]:
-    out = []
-    if not path.exists():
-        return out
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            pass
-    return out
 
 
 def grade_path(submission: Path, assignment: str | None = None, *, quick: bool = False,
@@ -49,46 +34,6 @@ def grade_path(submission: Path, assignment: str | None = None, *, quick: bool =
     opts = sandbox.Options(assignment=assignment, quick=quick, seed=seed, with_speed=with_speed,
                            cache_dir=cache_dir, limits=lim)
     return sandbox.grade_submission(Path(submission), opts, log=log)
-
-
-def assemble(records: list[dict], assignment: str | None, stopped: str | None,
-             tail: str = "") -> SubmissionResult:
-    from . import registry
-
-    plan = next((r for r in records if r.get("type") == "plan"), None)
-    notes = list(plan.get("notes", [])) if plan else []
-    if plan:
-        names = plan["functions"]
-        assignment = plan.get("assignment") or assignment
-    else:
-        names = [p.name for p in registry.problems(assignment)]
-        if stopped:
-            notes.append(f"{stopped} while loading the submission (it hangs or crashes on "
-                         "import?)")
-    done = {r["function"]: r for r in records if r.get("type") == "result"}
-    started = [r["function"] for r in records if r.get("type") == "start"]
-    functions = {}
-    for name in names:
-        prob = registry.get(name)
-        if name in done:
-            r = done[name]
-            functions[name] = FunctionResult(
-                name, r["max_score"], [CheckResult(**c) for c in r["checks"]],
-                weights=r.get("weights", dict(prob.weights)))
-            continue
-        if name in started:
-            why = f"{stopped or 'grading stopped'} while grading this function (it hangs, " \
-                  "or it crashed the Python process)"
-        elif stopped:
-            why = f"not graded: {stopped} before reaching this function"
-        else:
-            why = "not graded"
-        functions[name] = FunctionResult(name, float(prob.points),
-                                         [CheckResult(c, False, why) for c in prob.check_names],
-                                         weights=dict(prob.weights))
-    if stopped and not tail.strip() == "" and plan is None:
-        notes.append("last output: " + tail.strip().splitlines()[-1][:300])
-    return SubmissionResult(functions, assignment, notes)
 
 
 def _cmd_grade(a) -> int:

@@ -118,29 +118,122 @@ def _literal_value(x):
         return None
 
 
-def _while_trip_count(eqn) -> int | None:
-    """Trip count of a ``while`` whose condition is ``i < n`` with literal start and bound."""
-    cond = eqn.params["cond_jaxpr"].jaxpr
-    if len(cond.eqns) != 1 or cond.eqns[0].primitive.name != "lt":
+_PASS_THROUGH = ("convert_element_type", "pvary", "pbroadcast", "copy", "copy_p")
+_FLIP = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "ne": "ne"}
+
+
+def _producers(jaxpr) -> dict:
+    return {id(v): e for e in jaxpr.eqns for v in e.outvars}
+
+
+def _through(var, producers):
+    """Follow ``var`` back through dtype conversions and vma casts."""
+    seen = 0
+    while id(var) in producers and seen < 16:
+        e = producers[id(var)]
+        if e.primitive.name not in _PASS_THROUGH or len(e.invars) != 1:
+            break
+        var, seen = e.invars[0], seen + 1
+    return var
+
+
+def _while_step(eqn, pos: int) -> int | None:
+    """How much carry ``pos`` changes per iteration, if the body adds/subtracts a literal."""
+    body = eqn.params["body_jaxpr"].jaxpr
+    bnc = eqn.params["body_nconsts"]
+    if pos >= len(body.outvars) or bnc + pos >= len(body.invars):
         return None
-    lhs, rhs = cond.eqns[0].invars
-    n = _literal_value(rhs)
+    prods = _producers(body)
+    me = body.invars[bnc + pos]
+    out = _through(body.outvars[pos], prods)
+    e = prods.get(id(out))
+    if e is None or e.primitive.name not in ("add", "sub") or len(e.invars) != 2:
+        return None
+    a, b = (_through(v, prods) for v in e.invars)
+    if a is me and _literal_value(b) is not None:
+        k = _literal_value(b)
+        return k if e.primitive.name == "add" else -k
+    if b is me and e.primitive.name == "add" and _literal_value(a) is not None:
+        return _literal_value(a)
+    return None
+
+
+def _while_trip_count(eqn) -> int | None:
+    """Trip count of a ``while`` whose condition compares a counter with a known bound.
+
+    Handles ``i < n`` (the form ``fori_loop`` produces), ``<=``, ``>``, ``>=`` and ``!=``, with the
+    counter on either side, through dtype conversions and vma casts; the start value and the bound
+    must be literals (or constants known at trace time) and the body must add or subtract a
+    literal step. Returns None when any of that is unknown.
+    """
+    cond = eqn.params["cond_jaxpr"].jaxpr
+    if not cond.eqns or len(cond.outvars) != 1:
+        return None
+    cprods = _producers(cond)
+    cmp_eqn = cprods.get(id(_through(cond.outvars[0], cprods)))
+    if cmp_eqn is None or cmp_eqn.primitive.name not in _FLIP or len(cmp_eqn.invars) != 2:
+        return None
+    op = cmp_eqn.primitive.name
+    lhs, rhs = (_through(v, cprods) for v in cmp_eqn.invars)
     cnc = eqn.params["cond_nconsts"]
     bnc = eqn.params["body_nconsts"]
+    consts_in = eqn.invars[:cnc]
     carry_in = eqn.invars[cnc + bnc:]
-    if lhs not in cond.invars:
+
+    def carry_pos(v):
+        if v in cond.invars:
+            p = cond.invars.index(v) - cnc
+            return p if 0 <= p < len(carry_in) else None
         return None
-    pos = cond.invars.index(lhs) - cnc
-    if n is None and rhs in cond.invars:
-        rpos = cond.invars.index(rhs) - cnc
-        if 0 <= rpos < len(carry_in):
-            n = _literal_value(carry_in[rpos])
-    if n is None or not 0 <= pos < len(carry_in):
+
+    def known(v):
+        """The value of a bound: a literal, a literal constant, or a carry never changed."""
+        lit = _literal_value(v)
+        if lit is not None:
+            return lit
+        if v in cond.invars:
+            p = cond.invars.index(v)
+            if p < cnc:
+                return _literal_value(consts_in[p])
+            p -= cnc
+            if 0 <= p < len(carry_in) and _while_step(eqn, p) in (None, 0):
+                return _literal_value(carry_in[p])
+        return None
+
+    pos = carry_pos(lhs)
+    bound = known(rhs)
+    if pos is None or bound is None or _while_step(eqn, pos) in (None, 0):
+        pos2, bound2 = carry_pos(rhs), known(lhs)
+        if pos2 is not None and bound2 is not None and _while_step(eqn, pos2) not in (None, 0):
+            pos, bound, op = pos2, bound2, _FLIP[op]
+    if pos is None or bound is None:
         return None
     start = _literal_value(carry_in[pos])
     if start is None:
         return None
-    return max(0, n - start)
+    step = _while_step(eqn, pos)
+    if step is None:
+        # The historical assumption for ``i < n`` loops whose increment could not be read.
+        if op != "lt":
+            return None
+        step = 1
+    if step == 0:
+        return None
+    gap = bound - start
+    if op in ("lt", "le"):
+        if step < 0:
+            return None if (gap > 0 or (op == "le" and gap == 0)) else 0
+        n = -(-gap // step) if op == "lt" else gap // step + 1
+        return max(0, n)
+    if op in ("gt", "ge"):
+        if step > 0:
+            return None if (gap < 0 or (op == "ge" and gap == 0)) else 0
+        n = -(-(-gap) // (-step)) if op == "gt" else (-gap) // (-step) + 1
+        return max(0, n)
+    # ne
+    if gap % step == 0 and gap // step >= 0:
+        return gap // step
+    return None
 
 
 @dataclass
@@ -152,6 +245,9 @@ class Program:
     compiled_text: str = ""
     uses_shard_map: bool = False
     shard_map_check_vma: tuple[bool, ...] = ()
+    #: (shape, itemsize) of the traced function's array arguments and outputs (global view)
+    arg_info: tuple = ()
+    out_info: tuple = ()
 
     # -- queries used by the structure rules -------------------------------------------------
     def collectives(self, kind: str | None = None, axis: str | None = None) -> list[Op]:
@@ -267,5 +363,9 @@ def trace(fn, args, *, static_argnums=(), compiled_text: str | None = None) -> P
     text = compiled_text
     if text is None:
         text = jax.jit(fn, static_argnums=static_argnums).lower(*args).compile().as_text()
+    def info(avals):
+        return tuple((_shape(a), np.dtype(a.dtype).itemsize) for a in avals)
+
     return Program(ops=ops, jaxpr_text=str(closed), compiled_text=text,
-                   uses_shard_map=meta["shard_map"], shard_map_check_vma=tuple(meta["check_vma"]))
+                   uses_shard_map=meta["shard_map"], shard_map_check_vma=tuple(meta["check_vma"]),
+                   arg_info=info(closed.in_avals), out_info=info(closed.out_avals))

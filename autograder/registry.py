@@ -93,6 +93,10 @@ class Problem:
         return tuple(i for i, s in enumerate(self.in_specs) if s is None)
 
     def threshold(self, platform: str) -> float:
+        """The speed limit on ``platform``; the modeled TPU ratio ("tpu_model") is held to the
+        problem's TPU limit unless the problem sets one of its own."""
+        if platform == "tpu_model" and "tpu_model" not in self.speed_threshold:
+            return self.speed_threshold.get("tpu", SPEED_THRESHOLDS["tpu_model"])
         return self.speed_threshold.get(platform, SPEED_THRESHOLDS.get(platform, 8.0))
 
     @property

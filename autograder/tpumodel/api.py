@@ -24,6 +24,19 @@ from .schedule import Timeline, schedule
 _PASS_RE = "spmd-partitioning"
 
 
+def _set_persistent_cache(on: bool) -> None:
+    """Turn JAX's persistent compilation cache on or off (it remembers its state otherwise)."""
+    import jax
+
+    jax.config.update("jax_enable_compilation_cache", on)
+    try:
+        from jax._src import compilation_cache
+
+        compilation_cache.reset_cache()
+    except Exception:  # noqa: BLE001 - private API; without it the dump may be skipped
+        pass
+
+
 def partitioned_hlo(fn, args, *, static_argnums=(), out_shardings=None) -> str:
     """The per-device HLO text of ``jax.jit(fn)(*args)`` right after SPMD partitioning."""
     import jax
@@ -31,6 +44,9 @@ def partitioned_hlo(fn, args, *, static_argnums=(), out_shardings=None) -> str:
     kw = {} if out_shardings is None else {"out_shardings": out_shardings}
     lowered = jax.jit(fn, static_argnums=static_argnums, **kw).lower(*args)
     d = tempfile.mkdtemp(prefix="tpumodel-")
+    # A persistent-cache hit skips XLA's passes, and with them the dump: compile afresh.
+    cache_was_on = jax.config.jax_enable_compilation_cache
+    _set_persistent_cache(False)
     try:
         lowered.compile(compiler_options={"xla_dump_to": d, "xla_dump_hlo_pass_re": _PASS_RE,
                                           "xla_dump_hlo_as_text": True})
@@ -43,6 +59,7 @@ def partitioned_hlo(fn, args, *, static_argnums=(), out_shardings=None) -> str:
         with open(files[-1], encoding="utf-8") as fh:
             return fh.read()
     finally:
+        _set_persistent_cache(cache_was_on)
         shutil.rmtree(d, ignore_errors=True)
 
 

@@ -280,16 +280,30 @@ def _kept_statements(chunks, notes) -> list[tuple[str, ast.stmt]]:
 
 
 def load(path: str | Path, *, statement_timeout: float = 20.0, total_timeout: float = 90.0,
-         module_name: str = "submission") -> Loaded:
-    """Load a submission's definitions into a fresh module namespace."""
+         module_name: str = "submission", builtins_dict: dict | None = None,
+         skip=frozenset(), on_statement=None) -> Loaded:
+    """Load a submission's definitions into a fresh module namespace.
+
+    ``builtins_dict`` becomes the module's ``__builtins__`` (the grader passes one whose
+    ``__import__`` refuses its own packages); statements whose index is in ``skip`` are not run
+    (they hung or crashed an earlier worker); ``on_statement(index, where)`` is called before
+    each statement runs, so a parent process knows which one to blame for a crash.
+    """
     path = Path(path)
     notes: list[str] = []
     chunks = source_chunks(path)
     mod = types.ModuleType(module_name)
     mod.__file__ = str(path)
     ns = mod.__dict__
+    if builtins_dict is not None:
+        ns["__builtins__"] = builtins_dict
     deadline = time.monotonic() + total_timeout
-    for label, node in _kept_statements(chunks, notes):
+    for index, (label, node) in enumerate(_kept_statements(chunks, notes)):
+        where = f"{label} line {node.lineno}"
+        if index in skip:
+            continue
+        if on_statement is not None:
+            on_statement(index, where)
         left = deadline - time.monotonic()
         if left <= 0:
             notes.append(f"loading stopped: the submission's definitions took over "

@@ -1,0 +1,173 @@
+# %% [markdown]
+# # Problem set 4: using both directions of the ring
+#
+# The rings of problem set 3 pass data one way: device `j` sends to `j - 1` (or `j + 1`) at
+# every step. But inter-chip links are full duplex: each link can carry data both ways at
+# once, and on a TPU torus each chip has a neighbour on each side. A one-way ring leaves half
+# of that bandwidth idle.
+#
+# The fix is to split the traffic: send half of every chunk with shift `+1` and the other half
+# with shift `-1`. Each step then moves half the bytes over each direction, so (when the links
+# are the bottleneck) a step takes about half as long. The total number of bytes a device sends
+# does not change.
+#
+# You will rewrite the three collective matmuls with the **same signatures and shardings** as
+# their problem set 3 twins:
+#
+# * `matmul_allgather_bidirectional(A, W, mesh)`
+# * `matmul_allreduce_bidirectional(A, W, mesh)`
+# * `matmul_reducescatter_bidirectional(T, W2, mesh)`
+#
+# The grader reads your program and expects `ppermute`s with both shifts (`+1` and `-1` mod `Y`),
+# each direction carrying a fair share of the bytes (about half; at least a quarter), on top of
+# the ps3 rules (chunks interleaved with partial matmuls, nothing monolithic, the reduce-scatter
+# sending only `Y - 1` output blocks in all). With `Y = 2` both shifts reach the same neighbour,
+# and with `Y = 1` nothing moves. Every per-device dimension in the tests is even, so halves
+# always divide.
+
+# %%
+import functools
+import time
+
+import numpy as np
+import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+mesh = make_mesh(2, 4)
+
+
+def shift_bytes(f, *args):
+    """Bytes the program (as written) sends with each ring shift, per device."""
+    from collections import Counter
+
+    ny = mesh.shape["Y"]
+    out = Counter()
+
+    def walk(jaxpr, times=1):
+        for eqn in jaxpr.eqns:
+            if eqn.primitive.name == "ppermute":
+                nbytes = sum(v.aval.size * v.aval.dtype.itemsize for v in eqn.invars)
+                for s in {(d - s) % ny for s, d in eqn.params["perm"]}:
+                    out[f"shift {'+1' if s == 1 else '-1' if s == ny - 1 else s}"] += times * nbytes
+            n = eqn.params.get("length", 1) if eqn.primitive.name == "scan" else 1
+            for p in eqn.params.values():
+                for sub in (p if isinstance(p, (tuple, list)) else (p,)):
+                    inner = getattr(sub, "jaxpr", sub)
+                    if hasattr(inner, "eqns"):
+                        walk(inner, times * n)
+
+    walk(jax.make_jaxpr(f)(*args).jaxpr)
+    return dict(out)
+
+
+def time_vs_jit(f, baseline, *args, reps=5):
+    f, baseline = jax.jit(f), jax.jit(baseline)
+    jax.block_until_ready(f(*args)), jax.block_until_ready(baseline(*args))
+    ts, tb = [], []
+    for _ in range(reps):
+        t0 = time.perf_counter(); jax.block_until_ready(f(*args)); ts.append(time.perf_counter() - t0)
+        t0 = time.perf_counter(); jax.block_until_ready(baseline(*args)); tb.append(time.perf_counter() - t0)
+    s, b = 1e6 * np.median(ts), 1e6 * np.median(tb)
+    print(f"yours {s:9.0f} us   jit baseline {b:9.0f} us   ratio {s / b:.2f}")
+
+
+def put(x, spec):
+    return jax.device_put(x, NamedSharding(mesh, spec))
+
+
+rng = np.random.default_rng(0)
+B, D, F = 256, 512, 1024
+A = put(rng.standard_normal((B, D), dtype=np.float32), P("X", "Y"))
+
+# %% [markdown]
+# ## The two-way schedule
+#
+# Cut device `i`'s block of `A` into a left half `L_i` and a right half `R_i`. Left halves
+# travel to the left, right halves to the right. After `s` steps device `i` holds `L_{i+s}` and
+# `R_{i-s}`; each meets the matching rows of `W`. The table for `Y = 4`:
+
+# %%
+ny = 4
+print("step | " + " | ".join(f"device {d:<6d}" for d in range(ny)))
+for step in range(ny):
+    print(f"  {step}  | " + " | ".join(f"L{(d + step) % ny} R{(d - step) % ny}      "
+                                       for d in range(ny)))
+print("each step: two half-size ppermutes, one per direction, next to two half-size matmuls")
+
+# %% [markdown]
+# Another valid plan sends *whole* blocks both ways and finishes in about `Y / 2` steps: fewer
+# steps (less latency), the same bytes. Either passes; pick one and make sure both directions
+# carry data.
+#
+# ## Problem 4.1: `matmul_allgather_bidirectional`
+#
+# `A[B_X, D_Y] @ W[D, F_Y] -> [B_X, F_Y]`, as in ps3, with the two-way schedule.
+
+# %% [solution] matmul_allgather_bidirectional
+
+# %% [check] matmul_allgather_bidirectional
+
+# %%
+W = put(rng.standard_normal((D, F), dtype=np.float32) / np.sqrt(D), P(None, "Y"))
+baseline = jax.jit(lambda a, w: a @ w, out_shardings=NamedSharding(mesh, P("X", "Y")))
+mine = functools.partial(matmul_allgather_bidirectional, mesh=mesh)
+print("bytes per shift:", shift_bytes(mine, A, W))
+time_vs_jit(mine, baseline, A, W)
+
+# %% [markdown]
+# ## Problem 4.2: `matmul_allreduce_bidirectional`
+#
+# `A[B_X, D_Y] @ W[D_Y, F] -> [B_X, F]` replicated over `Y`. A `psum` has no direction you can
+# choose, so write the all-reduce as two rings over output tiles `[B/X, F/Y]`:
+#
+# 1. a **reduce-scatter ring**: running sums of the tiles travel until tile `k` is complete on
+#    device `k` (half of each tile's columns turning one way, half the other);
+# 2. an **all-gather ring**: the finished tiles travel (again half each way) until every device
+#    has all of them, placed with `jax.lax.dynamic_update_slice_in_dim`.
+#
+# One wrinkle: the result is assembled from `ppermute`s, so the type system says it *varies*
+# over `Y`, even though every device ends with the same values. `out_specs=P('X', None)` claims
+# it does not vary over `Y`; pass `check_vma=False` to `jax.shard_map` and make sure yourself that
+# the devices agree.
+
+# %% [solution] matmul_allreduce_bidirectional
+
+# %% [check] matmul_allreduce_bidirectional
+
+# %%
+W_ar = put(rng.standard_normal((D, F), dtype=np.float32) / np.sqrt(D), P("Y", None))
+baseline = jax.jit(lambda a, w: a @ w, out_shardings=NamedSharding(mesh, P("X", None)))
+mine = functools.partial(matmul_allreduce_bidirectional, mesh=mesh)
+print("bytes per shift:", shift_bytes(mine, A, W_ar))
+time_vs_jit(mine, baseline, A, W_ar)
+
+# %% [markdown]
+# ## Problem 4.3: `matmul_reducescatter_bidirectional`
+#
+# `T[B_X, F_Y] @ W2[F_Y, D] -> [B_X, D_Y]`. Split each output block in two halves and run two
+# rings of running sums in opposite directions. If sums turning right must reach block `k`'s
+# owner last, which block does device `i` add to at step `s`? And for sums turning left? The
+# total sent must stay `Y - 1` output blocks per device.
+
+# %% [solution] matmul_reducescatter_bidirectional
+
+# %% [check] matmul_reducescatter_bidirectional
+
+# %%
+T = put(rng.standard_normal((B, F), dtype=np.float32), P("X", "Y"))
+W2 = put(rng.standard_normal((F, D), dtype=np.float32) / np.sqrt(F), P("Y", None))
+baseline = jax.jit(lambda t, w: t @ w, out_shardings=NamedSharding(mesh, P("X", "Y")))
+mine = functools.partial(matmul_reducescatter_bidirectional, mesh=mesh)
+print("bytes per shift:", shift_bytes(mine, T, W2))
+text = jax.jit(mine).lower(T, W2).compile().as_text()
+print("collective-permutes in the compiled module:", text.count("collective-permute"))
+time_vs_jit(mine, baseline, T, W2)
+
+# %% [markdown]
+# ## Going further
+#
+# How much faster are these than the one-way rings? On emulated CPU devices there are no links,
+# so expect nothing. On a TPU, time both versions at `B, D, F = 1024, 2048, 8192`: when a step is
+# communication-bound the two-way ring should approach half its time; when the matmuls already
+# hide the transfers, nothing changes.

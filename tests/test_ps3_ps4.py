@@ -1,0 +1,241 @@
+"""Tests for ps3_collective_matmul and ps4_bidirectional: references, ring rules, fixtures.
+
+Run: /work/main/.venv/bin/python -m pytest -q tests/test_ps3_ps4.py
+"""
+from __future__ import annotations
+
+import ast
+import functools
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from autograder.devices import setup_devices
+
+setup_devices()
+
+from autograder import grading, registry  # noqa: E402
+from autograder.loader import load  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+FIX = Path(__file__).resolve().parent / "fixtures"
+PS3 = ("matmul_allgather", "matmul_allreduce", "matmul_reducescatter", "mlp_block")
+PS4 = ("matmul_allgather_bidirectional", "matmul_allreduce_bidirectional",
+       "matmul_reducescatter_bidirectional")
+
+
+def _ns(path: Path) -> dict:
+    return load(path).namespace
+
+
+def _grade(name, fn, quick):
+    return grading.grade_function(registry.get(name), fn, quick=quick, with_speed=False)
+
+
+def _check(res, name):
+    return next(c for c in res.checks if c.name == name)
+
+
+# -- registry and references -------------------------------------------------------------
+
+def test_registry_entries():
+    assert {p.name for p in registry.problems("ps3_collective_matmul")} == set(PS3)
+    assert {p.name for p in registry.problems("ps4_bidirectional")} == set(PS4)
+    for name in PS3 + PS4:
+        p = registry.get(name)
+        assert p.baseline is not None and p.rules and p.points > 0
+        assert p.threshold("tpu") <= 1.3 and p.threshold("cpu") >= 4
+    assert registry.get("matmul_allgather").threshold("tpu") < 1.0
+
+
+@pytest.mark.parametrize("module", ["ps3_collective_matmul", "ps4_bidirectional"])
+def test_references_import_only_numpy(module):
+    tree = ast.parse((ROOT / "autograder" / "references" / f"{module}.py").read_text())
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            names.add((node.module or "").split(".")[0])
+    assert names == {"numpy"}
+
+
+@pytest.mark.parametrize("layout", [(2, 4), (4, 2), (1, 8), (8, 1)])
+def test_cases_divide_evenly_and_references_match_numpy(layout):
+    x, y = layout
+    rng = np.random.default_rng(1)
+    for name in PS3 + PS4:
+        p = registry.get(name)
+        for size in ("small", "grade"):
+            args = p.case(rng, x, y, size).args
+            lhs = args[0]
+            assert lhs.shape[0] % (2 * x) == 0 and lhs.shape[1] % (2 * y) == 0
+            for w in args[1:]:
+                assert w.shape[0] % y == 0 and w.shape[1] % (2 * y) == 0
+            want = lhs @ args[1]
+            if name == "mlp_block":
+                want = np.maximum(want, 0) @ args[2]
+            np.testing.assert_allclose(p.reference(args, x, y), want, rtol=1e-4, atol=1e-4)
+
+
+# -- full marks for correct answers ------------------------------------------------------
+
+@pytest.mark.parametrize("module,names", [("ps3_collective_matmul", PS3),
+                                          ("ps4_bidirectional", PS4)])
+def test_reference_solutions_full_marks_on_every_layout(module, names):
+    ns = _ns(ROOT / "solutions" / f"{module}.py")
+    for name in names:
+        res = _grade(name, ns[name], quick=False)  # 2x4, 4x2, 1x8 and 8x1, edge cases
+        assert res.score == res.max_score, res.report()
+        assert "1x8" in _check(res, "numerics").message
+        assert "8x1" in _check(res, "numerics").message
+
+
+@pytest.mark.parametrize("fixture,names", [
+    ("ps3/alt_correct_a.py", PS3),  # right-turning ring, fori/while loops, check_vma=False
+    ("ps3/alt_correct_b.py", PS3),  # psum(1) axis size, ppermute all-reduce ring, while_loop
+    ("ps4/alt_correct.py", PS4),  # whole blocks both ways, halves along rows, fori_loop
+])
+def test_alternative_correct_answers_full_marks(fixture, names):
+    ns = _ns(FIX / fixture)
+    for name in names:
+        res = _grade(name, ns[name], quick=False)
+        assert res.score == res.max_score, res.report()
+
+
+# -- named failures ----------------------------------------------------------------------
+
+WRONG = [
+    ("ps3/monolithic_allgather.py", "matmul_allgather", "structure", "all_gather"),
+    ("ps3/single_psum.py", "matmul_allreduce", "structure", "one psum"),
+    ("ps3/psum_scatter.py", "matmul_reducescatter", "structure", "psum_scatter"),
+    ("ps3/fullwidth_ring.py", "matmul_reducescatter", "structure", "[B/X, D/Y]"),
+    ("ps3/wrong_order.py", "matmul_allgather", "numerics", "differ"),
+    ("ps3/hardcoded_axis.py", "matmul_allgather", "numerics", "4x2"),
+    ("ps3/no_relu.py", "mlp_block", "numerics", "differ"),
+    ("ps4/one_direction.py", "matmul_reducescatter_bidirectional", "structure",
+     "both ring directions"),
+    ("ps4/one_direction.py", "matmul_allgather_bidirectional", "structure",
+     "both ring directions"),
+]
+
+
+@pytest.mark.parametrize("fixture,name,check,words", WRONG,
+                         ids=[f"{w[0]}::{w[1]}" for w in WRONG])
+def test_wrong_answers_fail_the_named_check(fixture, name, check, words):
+    res = _grade(name, _ns(FIX / fixture)[name], quick=True)
+    failed = [c for c in res.checks if not c.passed]
+    assert failed and failed[0].name == check, res.report()
+    assert words in failed[0].message, failed[0].message
+    assert res.score < res.max_score
+    if check != "numerics":
+        assert _check(res, "numerics").passed
+
+
+def test_ps3_answer_is_not_bidirectional():
+    """A unidirectional ps3 ring graded as its ps4 twin fails on structure."""
+    ns = _ns(ROOT / "solutions" / "ps3_collective_matmul.py")
+    res = _grade("matmul_reducescatter_bidirectional", ns["matmul_reducescatter"], quick=True)
+    assert not _check(res, "structure").passed
+    assert "both ring directions" in _check(res, "structure").message
+
+
+# -- the rule itself on traced programs --------------------------------------------------
+
+def _trace(fn, layout, name):
+    import jax
+    from jax.sharding import NamedSharding
+
+    from autograder.meshes import make_mesh
+    from autograder.program import trace
+
+    p = registry.get(name)
+    mesh = make_mesh(*layout)
+    args = p.case(np.random.default_rng(0), *layout, "small").args
+    placed = [jax.device_put(a, NamedSharding(mesh, s)) for a, s in zip(args, p.in_specs)]
+    return trace(functools.partial(fn, mesh=mesh), placed), mesh, p
+
+
+def _while_ring_allgather(A, W, mesh, *, dynamic_bound):
+    """An all-gather ring in a while_loop; its bound may be a traced value (count unknown)."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import PartitionSpec as P
+
+    n = mesh.shape["Y"]
+
+    def local(a, w):
+        me = jax.lax.axis_index("Y")
+        k = a.shape[1]
+        bound = (me * 0 + n) if dynamic_bound else n
+
+        def body(c):
+            i, acc, held = c
+            acc = acc + held @ jax.lax.dynamic_slice_in_dim(w, ((me + i) % n) * k, k, 0)
+            return i + 1, acc, jax.lax.ppermute(held, "Y", [(j, (j - 1) % n) for j in range(n)])
+
+        acc = jnp.zeros((a.shape[0], w.shape[1]), a.dtype)
+        return jax.lax.while_loop(lambda c: c[0] < bound, body, (0, acc, a))[1]
+
+    return jax.shard_map(local, mesh=mesh, in_specs=(P("X", "Y"), P(None, "Y")),
+                         out_specs=P("X", "Y"), check_vma=False)(A, W)
+
+
+def test_while_loop_trip_counts_are_read_or_judged_per_iteration():
+    known = functools.partial(_while_ring_allgather, dynamic_bound=False)
+    prog, mesh, p = _trace(known, (2, 4), "matmul_allgather")
+    assert {o.count for o in prog.ops if o.prim in ("ppermute", "dot_general")} == {4}
+    assert p.rules[0](prog, mesh, p).passed
+
+    unknown = functools.partial(_while_ring_allgather, dynamic_bound=True)
+    prog, mesh, p = _trace(unknown, (2, 4), "matmul_allgather")
+    assert any(o.count is None for o in prog.ops if o.prim == "ppermute")
+    res = p.rules[0](prog, mesh, p)
+    assert res.passed and "per iteration" in res.message
+
+
+def test_while_trip_count_forms():
+    """Counting down, <=, != and steps other than one are read from the jaxpr."""
+    import jax
+    import jax.numpy as jnp
+
+    from autograder.program import flatten
+
+    def counts(f):
+        jaxpr = jax.make_jaxpr(f)(jnp.ones(3))
+        return {o.count for o in flatten(jaxpr.jaxpr) if o.prim == "sin"}
+
+    down = lambda x: jax.lax.while_loop(lambda c: c[0] > 0,
+                                        lambda c: (c[0] - 1, jnp.sin(c[1])), (5, x))[1]
+    le = lambda x: jax.lax.while_loop(lambda c: c[0] <= 6,
+                                      lambda c: (c[0] + 2, jnp.sin(c[1])), (0, x))[1]
+    ne = lambda x: jax.lax.while_loop(lambda c: 9 != c[0],
+                                      lambda c: (c[0] + 3, jnp.sin(c[1])), (0, x))[1]
+    fori = lambda x: jax.lax.fori_loop(2, 7, lambda i, v: jnp.sin(v), x)
+    assert counts(down) == {5}
+    assert counts(le) == {4}
+    assert counts(ne) == {3}
+    assert counts(fori) == {5}
+
+
+def test_no_communication_with_one_device_on_y():
+    ns = _ns(ROOT / "solutions" / "ps4_bidirectional.py")
+    prog, mesh, p = _trace(ns["matmul_reducescatter_bidirectional"], (8, 1),
+                           "matmul_reducescatter_bidirectional")
+    assert not [o for o in prog.collectives() if o.count != 0]
+    assert p.rules[0](prog, mesh, p).passed
+
+
+# -- through the command line ------------------------------------------------------------
+
+def test_cli_grades_a_fixture_to_json():
+    from autograder.cli import grade_path
+
+    res = grade_path(FIX / "ps3" / "single_psum.py", "ps3_collective_matmul", quick=True,
+                     with_speed=False).to_dict()
+    assert res["assignment"] == "ps3_collective_matmul"
+    fn = res["functions"]["matmul_allreduce"]
+    assert 0 < fn["score"] < fn["max_score"]
+    assert [c["name"] for c in fn["checks"] if not c["passed"]] == ["structure"]
+    assert res["functions"]["matmul_allgather"]["score"] == 0  # not defined in that file
