@@ -1,0 +1,249 @@
+# %% [markdown]
+# # Problem set 2: routing tokens to experts
+#
+# A *mixture of experts* (MoE) layer owns `E` weight matrices ("experts") instead of one, and
+# sends every token through the expert a router picked for it:
+#
+# * `A: f32[S, D]` — the activations, one row per token, sharded `P('X', 'Y')`;
+# * `W: f32[E, D, F]` — the experts, sharded `P('X', None, 'Y')`: the experts are split over
+#   `X` in contiguous blocks (X-group `g` holds experts `g*E/X ... (g+1)*E/X - 1`) and the output
+#   features over `Y`;
+# * `B: int32[S]` — the routing, sharded `P('X')`: token `i` goes to expert `B[i]`.
+#
+# The answer is `Out[i] = A[i] @ W[B[i]]`, `f32[S, F]` sharded `P('X', 'Y')`.
+#
+# The arithmetic is one matmul per token. The interesting part is *where the data is*: a token
+# lives on one X-group and its expert usually on another. You will write the layer four ways —
+# on one device, with `jax.jit`, with `shard_map` and an all-gather, and with `shard_map` and
+# all-to-all — and then extend it to top-k routing.
+
+# %%
+import functools
+
+import numpy as np
+import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+mesh = make_mesh(2, 4)
+S, D, F, E = 16, 8, 4, 4
+rng = np.random.default_rng(0)
+A_np = rng.standard_normal((S, D)).astype(np.float32)
+W_np = rng.standard_normal((E, D, F)).astype(np.float32)
+B_np = rng.integers(0, E, size=S).astype(np.int32)
+
+A = jax.device_put(A_np, NamedSharding(mesh, P("X", "Y")))
+B = jax.device_put(B_np, NamedSharding(mesh, P("X")))
+W = jax.device_put(W_np, NamedSharding(mesh, P("X", None, "Y")))
+want = np.stack([A_np[i] @ W_np[B_np[i]] for i in range(S)])
+print("routing:", B_np)
+print("one device holds A", A.addressable_shards[0].data.shape,
+      "and W", W.addressable_shards[0].data.shape)
+
+# %% [markdown]
+# ## Problem 1: one device, no `[S, D, F]`
+#
+# The shortest correct program is `jnp.einsum('sd,sdf->sf', A, W[B])`. It is also a trap:
+# `W[B]` copies one `[D, F]` matrix *per token*, an `[S, D, F]` array. With 8192 tokens and
+# 1024 x 4096 experts that is 128 GiB.
+#
+# Instead, sort the tokens into per-expert buffers, `buf: [E, S, D]`, so that each expert does
+# one ordinary matmul on its own buffer, then read every token's result back out:
+#
+# 1. give every token a *slot* inside its expert's buffer: the number of earlier tokens that
+#    chose the same expert (a cumulative sum of a one-hot matrix does it);
+# 2. scatter: `buf[B[i], slot[i]] = A[i]`; the slots nobody fills stay zero;
+# 3. `einsum('esd,edf->esf', buf, W)`;
+# 4. gather: `Out[i] = result[B[i], slot[i]]`.
+#
+# **Why does each buffer need `S` rows?** The routing is data: nothing stops every token from
+# choosing the same expert, and array shapes in JAX are fixed when the function is traced. So
+# each buffer is padded to the worst case, and the padding is *masked* — zero rows that do no
+# harm in the matmul and that nobody reads back. The price is `E` times the matmul work and an
+# `[E, S, D]` buffer, still far smaller than `[S, D, F]` when `E << F`.
+#
+# Here is step 1 on a tiny routing:
+
+# %%
+b = np.array([2, 0, 2, 1, 2, 0])
+onehot = b[:, None] == np.arange(3)
+print(onehot.astype(int))
+print("slot of each token:", np.cumsum(onehot, axis=0)[np.arange(len(b)), b] - 1)
+
+# %% [markdown]
+# Write `moe_local(A, B, W)` (no mesh argument: everything on one device). The grader compiles
+# it at `S=4096, D=F=256` and requires the compiled temporary memory to stay well below the
+# 1 GiB an `[S, D, F]` array would take.
+
+# %% [solution] moe_local
+
+# %% [check] moe_local
+
+# %% [markdown]
+# Compare what the compiler allocates for the trap and for your version (compile only, nothing
+# runs):
+
+# %%
+big = (jax.ShapeDtypeStruct((4096, 256), jnp.float32), jax.ShapeDtypeStruct((4096,), jnp.int32),
+       jax.ShapeDtypeStruct((4, 256, 256), jnp.float32))
+
+
+def temp_mib(f, *args):
+    return jax.jit(f).lower(*args).compile().memory_analysis().temp_size_in_bytes / 2**20
+
+
+print(f"W[B] einsum: {temp_mib(lambda a, b, w: jnp.einsum('sd,sdf->sf', a, w[b]), *big):8.1f} MiB")
+print(f"moe_local:   {temp_mib(moe_local, *big):8.1f} MiB")
+
+# %% [markdown]
+# ## Problem 2: just `jax.jit` it
+#
+# Now the inputs are sharded as described at the top. Write `moe_jit(A, B, W, mesh)`: the same
+# global-view routing, no `shard_map`, returning `f32[S, F]` sharded `P('X', 'Y')` (use
+# `jax.lax.with_sharding_constraint` for the output, and wherever else you want to tell the
+# compiler a layout).
+
+# %% [solution] moe_jit
+
+# %% [check] moe_jit
+
+# %% [markdown]
+# What did the compiler decide to send? The compiled module is text; the lines that run a
+# collective tell you:
+
+# %%
+COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
+
+
+def compiled_collectives(f, *args):
+    """The lines of f's compiled program that move data between devices."""
+    text = jax.jit(f).lower(*args).compile().as_text()
+    return [l.strip() for l in text.splitlines()
+            if any(f" {c}(" in l or f" {c}-start(" in l for c in COLLECTIVES)]
+
+
+for line in compiled_collectives(functools.partial(moe_jit, mesh=mesh), A, B, W):
+    print(line.split(" = ", 1)[1].split("(")[0])  # result shape and collective kind
+
+# %% [markdown]
+# Look at the shapes. In the global view the scatter into `[E, S, D]` can put any token into
+# any buffer, so GSPMD typically brings *all* the activations to every device (an all-gather
+# or an all-reduce of `[S, D]`-sized data). That is `X` times more communication than needed,
+# and a full copy of `A` on every device, which stops working when the activations do not fit.
+# The next two problems take control of the communication with `shard_map`.
+#
+# ## Problem 3: `shard_map`, all-gather first
+#
+# Write `moe_allgather(A, B, W, mesh)` with `jax.shard_map`. Each device receives its tiles:
+# `a: [S/X, D/Y]`, `b: [S/X]`, `w: [E/X, D, F/Y]`. A plan:
+#
+# 1. `jax.lax.all_gather` the activations (over `X` for the tokens, over `Y` for the full `D`
+#    the matmul needs) and the routing over `X`, so every device sees every token;
+# 2. keep the tokens whose expert is one of *this* X-group's (`b // (E/X) == axis_index('X')`),
+#    and run them through the local experts with the buffer trick from Problem 1;
+# 3. each token's result now sits on exactly one X-group (zeros elsewhere): a
+#    `jax.lax.psum_scatter` over `X` adds them up and hands each group its own rows back.
+#
+# Output: `[S/X, F/Y]` per device, `out_specs=P('X', 'Y')`.
+
+# %% [solution] moe_allgather
+
+# %% [check] moe_allgather
+
+# %% [markdown]
+# ## Problem 4: only send tokens where they are needed (all-to-all)
+#
+# A token only needs to visit the one X-group that owns its expert. `jax.lax.all_to_all` is
+# the collective for that: each device cuts an array into `X` slabs, slab `g` goes to device
+# `g` of the axis, and it receives one slab from every device. With `split_axis=0,
+# concat_axis=0, tiled=True`, an `[X, C, D]` send buffer becomes an `[X, C, D]` receive buffer
+# whose slab `g` came from X-group `g`:
+
+# %%
+def show_all_to_all(v):
+    return jax.lax.all_to_all(v, "X", 0, 0, tiled=True)
+
+
+nx = mesh.shape["X"]
+labels = jnp.array([[10 * g + h] for g in range(nx) for h in range(nx)])  # "from g to h"
+moved = jax.shard_map(show_all_to_all, mesh=mesh, in_specs=P("X"), out_specs=P("X"))(labels)
+print("row g: what group g sends to groups 0..X-1\n", labels.reshape(nx, nx))
+print("row h: what group h received from groups 0..X-1\n", moved.reshape(nx, nx))
+
+# %% [markdown]
+# The catch: how many tokens go from group `g` to group `h` depends on the routing, and every
+# buffer needs a fixed shape. Padding each slab to `S/X` rows brings back an `[S, D]`-sized
+# buffer. Instead, send the tokens in **rounds of a fixed chunk size `C`**:
+#
+# 1. sort this group's tokens by destination group (`jnp.argsort(dest, stable=True)`) and count
+#    them per destination;
+# 2. the number of rounds is what the busiest (source, destination) pair needs:
+#    `jax.lax.pmax(ceil(max count / C), 'X')` — the same on every device, so all of them run the
+#    same number of collectives;
+# 3. in a `jax.lax.while_loop`, round `r` sends to each destination its next `C` tokens (padded
+#    with zero rows and an "empty" expert id when it has fewer), together with their local expert
+#    ids; the receiver applies its experts; a second `all_to_all` sends the results home, where
+#    they are added into the output at their tokens' rows (`.at[rows].add(..., mode='drop')`
+#    lets padding rows fall off the end).
+#
+# Keep `C` a fixed small number (say up to 128), never proportional to `S`: the grader compiles
+# your function at `S = 32768` and requires its temporary memory to be far below that of an
+# all-gathered `A`, and it rejects any all-gather of activations over `X`.
+#
+# Two `shard_map` details. A loop carry that differs from device to device must be declared so
+# from the start: `jax.lax.pcast(zeros, ('X', 'Y'), to='varying')`. And `all_gather` over `Y`
+# (to get the full `D` of your own tokens) is fine; it is `X` that must not be gathered.
+#
+# *On accelerators* `jax.lax.ragged_all_to_all` sends variable-sized pieces directly (you give
+# it offsets and sizes per destination), so no padding and no rounds are needed. XLA:CPU does
+# not implement it, which is why this notebook uses chunks.
+#
+# You may write the exchange as a helper (`exchange_in_chunks`) so that Problem 5 can reuse it;
+# if you do not want it, leave its stub alone.
+
+# %% [solution] exchange_in_chunks moe_all_to_all
+
+# %% [check] moe_all_to_all
+
+# %% [markdown]
+# Compare the memory the two `shard_map` versions need per device on a larger input (compile
+# only; the mesh is 8x1 so every device holds an eighth of the tokens):
+
+# %%
+mesh8 = make_mesh(8, 1)
+big_args = (jax.ShapeDtypeStruct((16384, 256), jnp.float32,
+                                 sharding=NamedSharding(mesh8, P("X", "Y"))),
+            jax.ShapeDtypeStruct((16384,), jnp.int32, sharding=NamedSharding(mesh8, P("X"))),
+            jax.ShapeDtypeStruct((8, 256, 128), jnp.float32,
+                                 sharding=NamedSharding(mesh8, P("X", None, "Y"))))
+print(f"one copy of A: {16384 * 256 * 4 / 2**20:.0f} MiB")
+for f in (moe_allgather, moe_all_to_all):
+    print(f"{f.__name__:15s} {temp_mib(functools.partial(f, mesh=mesh8), *big_args):7.1f} MiB")
+
+# %% [markdown]
+# ## Problem 5: top-k routing
+#
+# Most MoE layers send each token to `k` experts and combine the answers. Here `B: int32[S, k]`
+# sharded `P('X', None)`, and `Out[i]` is the **mean** over `j` of `A[i] @ W[B[i, j]]`.
+#
+# Treat every (token, choice) pair as one item: `S/X * k` items per device, item `t` being row
+# `t // k` of your activations headed for expert `B.reshape(-1)[t]`. Exchange the items as in
+# Problem 4, then average each token's `k` results. Same rules as Problem 4: all-to-all, no
+# all-gather over `X`, small fixed chunks. Note that two choices of one token may name the same
+# expert; the mean still counts both.
+
+# %% [solution] moe_topk
+
+# %% [check] moe_topk
+
+# %% [markdown]
+# ## Going further
+#
+# * Time `moe_allgather` and `moe_all_to_all` against `moe_jit` on a bigger input (for example
+#   `S = 8192`, mesh 8x1) with `%timeit f(A, B, W).block_until_ready()`. On emulated CPU devices
+#   the times are rough; the memory numbers above are the robust part.
+# * Make the routing skewed (most tokens to one expert): how many rounds does your while loop
+#   run now? What does a fixed worst-case number of rounds (a `fori_loop` over `S/X/C` rounds)
+#   cost when the routing is balanced?
+# * Real MoE layers cap each expert's load ("capacity factor") and drop the overflow: how would
+#   that change the loop?

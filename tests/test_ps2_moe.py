@@ -1,0 +1,205 @@
+"""ps2_moe: references, rules, and the grader's verdicts on varied submissions.
+
+Correct answers written differently from the reference must get full marks; each wrong one
+must fail the named check for the right reason. No timing assertions (with_speed=False).
+"""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from autograder.devices import setup_devices
+
+setup_devices()
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
+
+from autograder import grading, loader, registry  # noqa: E402
+from autograder.meshes import make_mesh  # noqa: E402
+from autograder.problems import ps2_moe as prob_mod  # noqa: E402
+from autograder.program import trace  # noqa: E402
+from autograder.references import ps2_moe as ref  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+FIX = Path(__file__).resolve().parent / "fixtures" / "ps2_moe"
+NAMES = ("moe_local", "moe_jit", "moe_allgather", "moe_all_to_all", "moe_topk")
+
+
+@functools.lru_cache(maxsize=None)
+def _ns(path: str) -> dict:
+    return loader.load(path).namespace
+
+
+def grade(path: Path, name: str, *, quick: bool = True):
+    return grading.grade_function(registry.get(name), _ns(str(path)).get(name), quick=quick,
+                                  with_speed=False)
+
+
+def check(res, name):
+    return next(c for c in res.checks if c.name == name)
+
+
+# -- registry and references -----------------------------------------------------------------
+
+def test_registry_entries():
+    probs = {p.name: p for p in registry.problems("ps2_moe")}
+    assert set(probs) == set(NAMES)
+    assert {n: probs[n].points for n in NAMES} == {
+        "moe_local": 3, "moe_jit": 2, "moe_allgather": 3, "moe_all_to_all": 5, "moe_topk": 4}
+    assert not probs["moe_local"].uses_mesh
+    for n in ("moe_local", "moe_all_to_all", "moe_topk"):
+        assert "memory" in probs[n].check_names
+    for p in probs.values():
+        assert "speed" in p.check_names  # every function is timed against a jit baseline
+
+
+def test_reference_matches_brute_force():
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((10, 6)).astype(np.float32)
+    w = rng.standard_normal((4, 6, 3)).astype(np.float32)
+    b = rng.integers(0, 4, size=(10, 3)).astype(np.int32)
+    brute = np.stack([np.mean([a[i] @ w[b[i, j]] for j in range(3)], axis=0) for i in range(10)])
+    np.testing.assert_allclose(ref.moe_topk_reference((a, b, w), 1, 1), brute, rtol=1e-5)
+    np.testing.assert_allclose(ref.moe_reference((a, b[:, 0], w), 1, 1),
+                               np.einsum("sd,sdf->sf", a, w[b[:, 0]]), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("layout", [(2, 4), (4, 2), (1, 8), (8, 1)])
+def test_cases_fit_the_mesh(layout):
+    x, y = layout
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        for maker in (ref.moe_case, ref.moe_topk_case):
+            a, b, w = maker(rng, x, y, "grade")
+            assert a.shape[0] % x == 0 and a.shape[1] % y == 0 and w.shape[2] % y == 0
+            assert w.shape[0] % x == 0 and b.dtype == np.int32
+            assert b.min() >= 0 and b.max() < w.shape[0] and b.shape[0] == a.shape[0]
+    edges = ref.moe_edge_cases(x, y)
+    es = [w.shape[0] for _, _, w in edges]
+    assert x in es and 3 * x in es  # E == X and several experts per X-group
+    assert any(len(np.unique(b)) == 1 for _, b, _ in edges)  # all tokens to one expert
+    assert sum(len(np.unique(b)) < w.shape[0] for _, b, w in edges) >= 2  # empty experts
+    ks = {b.shape[1] for _, b, _ in ref.moe_topk_edge_cases(x, y)}
+    assert 1 in ks and max(ks) > 1
+
+
+def test_big_cases_make_the_naive_buffers_dominate():
+    rng = np.random.default_rng(0)
+    a, b, w = ref.moe_local_case(rng, 2, 4, "memory")
+    s, d = a.shape
+    e, _, f = w.shape
+    assert s * d * f >= 16 * e * s * (d + f)  # [S, D, F] far above sorted expert buffers
+    a, b, w = ref.moe_case(rng, 8, 1, "memory")
+    assert a.nbytes >= 32 * 2 ** 20  # an all-gathered A is the biggest thing around
+    assert a.nbytes > 100 * w.nbytes / 8
+
+
+# -- structure rules on hand-made programs ---------------------------------------------------
+
+def _program(fn, layout, topk=False):
+    x, y = layout
+    mesh = make_mesh(x, y)
+    maker = ref.moe_topk_case if topk else ref.moe_case
+    args = maker(np.random.default_rng(0), x, y, "small")
+    specs = registry.get("moe_topk" if topk else "moe_all_to_all").in_specs
+    placed = [jax.device_put(v, NamedSharding(mesh, s)) for v, s in zip(args, specs)]
+    return trace(functools.partial(fn, mesh=mesh), placed), mesh, args
+
+
+def test_input_shapes_read_from_jaxpr():
+    fn = _ns(str(ROOT / "solutions" / "ps2_moe.py"))["moe_all_to_all"]
+    prog, _, (a, b, w) = _program(fn, (2, 4))
+    shapes = prob_mod.input_shapes(prog)
+    assert [s for _, s in shapes] == [a.shape, b.shape, w.shape]
+
+
+def test_chunked_gather_in_a_while_loop_is_flagged():
+    """Gathering rows over X piece by piece inside a loop is still an all-gather of A."""
+    def sneaky(A, B, W, mesh):
+        def local(a, b, w):
+            a = jax.lax.all_gather(a, "Y", axis=1, tiled=True)
+            n = jax.lax.pmax(b.shape[0] + jnp.max(b) * 0, "X")
+            def body(c):
+                i, acc = c
+                rows = jax.lax.all_gather(jax.lax.dynamic_slice_in_dim(a, 0, 1), "X",
+                                          tiled=True)
+                _ = jax.lax.all_to_all(rows, "X", 0, 0, tiled=True)
+                return i + 1, acc + rows.sum() * 0
+            _, acc = jax.lax.while_loop(lambda c: c[0] < n, body, (jnp.int32(0), 0.0))
+            return jnp.zeros((a.shape[0], w.shape[2])) + acc
+        return jax.shard_map(local, mesh=mesh, in_specs=(P("X", "Y"), P("X"), P("X", None, "Y")),
+                             out_specs=P("X", "Y"), check_vma=False)(A, B, W)
+
+    prog, mesh, _ = _program(sneaky, (2, 4))
+    res = prob_mod.no_activation_gather_over_x(prog, mesh, None)
+    assert not res.passed and "all_gather over 'X'" in res.message
+    prog1, mesh1, _ = _program(sneaky, (1, 8))
+    assert prob_mod.no_activation_gather_over_x(prog1, mesh1, None) is None  # no X to cross
+
+
+def test_moe_local_runs_on_one_device():
+    p = registry.get("moe_local")
+    case = p.case(np.random.default_rng(0), 2, 4, "grade")
+    placed = grading._place(p, case, make_mesh(2, 4))
+    assert all(len(v.sharding.device_set) == 1 for v in placed)
+
+
+# -- grading submissions ---------------------------------------------------------------------
+
+def test_reference_solutions_full_marks():
+    for name in NAMES:
+        res = grade(ROOT / "solutions" / "ps2_moe.py", name)
+        assert res.score == res.max_score, (name, [c.message for c in res.checks])
+
+
+@pytest.mark.parametrize("fixture,quick", [("alt_loops", True), ("alt_ragged", False)])
+def test_alternative_correct_answers_full_marks(fixture, quick):
+    # alt_ragged on every layout and edge case; alt_loops (slow to compile) on two layouts
+    for name in NAMES:
+        res = grade(FIX / f"{fixture}.py", name, quick=quick)
+        assert res.score == res.max_score, (name, [c.message for c in res.checks])
+
+
+def test_local_gather_of_weights_fails_memory():
+    res = grade(FIX / "wrong_local_gather.py", "moe_local")
+    assert check(res, "numerics").passed
+    mem = check(res, "memory")
+    assert not mem.passed and "[S, D, F]" in mem.message
+
+
+def test_ignoring_the_expert_owner_fails_numerics():
+    res = grade(FIX / "wrong_ignore_owner.py", "moe_all_to_all")
+    num = check(res, "numerics")
+    assert not num.passed and "values differ" in num.message
+
+
+def test_all_to_all_that_all_gathers_fails_structure():
+    for name in ("moe_all_to_all", "moe_topk"):
+        res = grade(FIX / "wrong_a2a_gathers.py", name)
+        assert check(res, "numerics").passed
+        st = check(res, "structure")
+        assert not st.passed and "all_gather over 'X'" in st.message
+        assert not check(res, "memory").passed
+
+
+def test_exchange_padded_to_s_fails_memory():
+    res = grade(FIX / "wrong_padded_exchange.py", "moe_all_to_all")
+    assert check(res, "numerics").passed and check(res, "structure").passed
+    mem = check(res, "memory")
+    assert not mem.passed and "all-gathered copy of A" in mem.message
+
+
+def test_topk_sum_fails_numerics_through_cli():
+    from autograder.cli import grade_path
+
+    res = grade_path(FIX / "wrong_topk_sum.py", "ps2_moe", quick=True, with_speed=False)
+    d = res.to_dict()
+    topk = d["functions"]["moe_topk"]
+    num = next(c for c in topk["checks"] if c["name"] == "numerics")
+    assert not num["passed"] and "values differ" in num["message"]
+    assert topk["score"] == 0
+    assert d["functions"]["moe_local"]["score"] == 0  # not in the file: "not found"
