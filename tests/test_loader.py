@@ -25,7 +25,7 @@ def test_notebook_skips_demos_magics_and_bad_cells(tmp_path):
 
 def test_failing_assignment_is_a_note_not_a_crash(tmp_path):
     p = tmp_path / "s.py"
-    p.write_text("x = 1 / 0\n\ndef f():\n    return 1\n")
+    p.write_text("x = 1 / 0\n\ndef f():\n    return 1\n\ndef g():\n    return x\n")
     loaded = load(p)
     assert loaded.function("f")() == 1
     assert any("ZeroDivisionError" in n for n in loaded.notes)
@@ -33,7 +33,8 @@ def test_failing_assignment_is_a_note_not_a_crash(tmp_path):
 
 def test_statement_time_limit(tmp_path):
     p = tmp_path / "s.py"
-    p.write_text("import time\nx = time.sleep(30)\n\ndef f():\n    return 2\n")
+    p.write_text("import time\nx = time.sleep(30)\n\ndef f():\n    return 2\n\n"
+                 "def g():\n    return x\n")
     loaded = load(p, statement_timeout=1)
     assert loaded.function("f")() == 2
     assert any("ran for over" in n for n in loaded.notes)
@@ -48,3 +49,13 @@ def test_invalid_notebook_json(tmp_path):
         assert "not a valid notebook" in str(e)
     else:
         raise AssertionError("expected ValueError")
+
+
+def test_demo_assignments_are_not_run_but_constants_a_function_reads_are(tmp_path):
+    p = tmp_path / "s.py"
+    p.write_text("import math\nBASE = 10\nSCALE = BASE * 2\nDEMO = print('demo') or 1 / 0\n"
+                 "def f(x):\n    return x * SCALE\n")
+    loaded = load(p)
+    assert loaded.function("f")(2) == 40
+    assert "DEMO" not in loaded.namespace
+    assert not loaded.notes

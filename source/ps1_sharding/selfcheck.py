@@ -177,9 +177,10 @@ def sharding_problem(out, mesh, spec) -> str | None:
 """Taking the graded functions out of a submission (a notebook or a .py file).
 
 The submission's source is parsed, not run as a whole: imports, function and class definitions
-and plain ``name = value`` assignments are executed one statement at a time, each with a time
-limit; top-level expressions, loops, ``with``/``if`` blocks, shell and magic lines are skipped (a
-notebook's demos and prints have no business running at grading time). A statement that fails or
+and the plain ``name = value`` assignments those definitions read are executed one statement at
+a time, each with a time limit; top-level expressions, loops, ``with``/``if`` blocks, demo
+assignments, shell and magic lines are skipped (a notebook's demos and prints have no business
+running at grading time). A statement that fails or
 hangs is skipped with a note, so one bad cell costs only what depends on it.
 """
 
@@ -276,7 +277,40 @@ def _kept_statements(chunks, notes) -> list[tuple[str, ast.stmt]]:
         for node in tree.body:
             if isinstance(node, _KEEP) or _is_plain_assign(node):
                 kept.append((label, node))
-    return kept
+    return _needed(kept)
+
+
+def _loads(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)
+            and isinstance(n.ctx, ast.Load)}
+
+
+def _targets(node: ast.stmt) -> set[str]:
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+    return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+
+
+def _needed(kept: list[tuple[str, ast.stmt]]) -> list[tuple[str, ast.stmt]]:
+    """Imports and definitions, plus only the assignments some definition depends on.
+
+    A notebook's ``out = f(A, mesh)`` demo is not needed to grade ``f``; a module constant a
+    function reads (``BLOCK = 128``) is, with whatever that constant is computed from.
+    """
+    assigns = [(label, node) for label, node in kept if _is_plain_assign(node)]
+    need: set[str] = set()
+    for _, node in kept:
+        if not _is_plain_assign(node):
+            need |= _loads(node)
+    while True:
+        more = set()
+        for _, node in assigns:
+            if _targets(node) & need:
+                more |= _loads(node.value) - need
+        if not more:
+            break
+        need |= more
+    return [(label, node) for label, node in kept
+            if not _is_plain_assign(node) or _targets(node) & need]
 
 
 def load(path: str | Path, *, statement_timeout: float = 20.0, total_timeout: float = 90.0,
