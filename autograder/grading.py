@@ -70,7 +70,13 @@ def _bind(problem: Problem, fn, mesh) -> Callable:
     return functools.partial(fn, mesh=mesh) if problem.uses_mesh else fn
 
 
-def compile_for(problem: Problem, fn, mesh, args, *, baseline: bool = False):
+#: XLA:CPU compiles about 40% faster without LLVM's heavy optimisations; the numerics runs use
+#: it (the program XLA's HLO passes produce is the same; only machine-code quality differs).
+FAST_CPU_COMPILE = {"xla_backend_optimization_level": 0}
+
+
+def compile_for(problem: Problem, fn, mesh, args, *, baseline: bool = False,
+                fast: bool = False):
     """jit + lower + compile ``fn`` for these placed args; returns the Compiled object."""
     import jax
     from jax.sharding import NamedSharding
@@ -79,19 +85,34 @@ def compile_for(problem: Problem, fn, mesh, args, *, baseline: bool = False):
     if baseline and problem.uses_mesh:
         kw["out_shardings"] = NamedSharding(mesh, problem.out_spec)
     jitted = jax.jit(_bind(problem, fn, mesh), static_argnums=problem.static_argnums, **kw)
-    return jitted.lower(*args).compile()
+    lowered = jitted.lower(*args)
+    if fast and current_platform() == "cpu":
+        return lowered.compile(FAST_CPU_COMPILE)
+    return lowered.compile()
+
+
+def _signature(problem: Problem, case: Case) -> tuple:
+    """What a compiled executable depends on: array shapes and dtypes, static values."""
+    return tuple((a.shape, a.dtype.str) if s is not None else ("static", a)
+                 for a, s in zip(case.args, problem.in_specs))
 
 
 def run_case(problem: Problem, fn, mesh, layout, case: Case, *, want_program: bool,
-             timeout: float = CALL_TIMEOUT) -> checks.Attempt:
+             timeout: float = CALL_TIMEOUT, executables: dict | None = None) -> checks.Attempt:
+    """Run one case; ``executables`` caches compiled programs by signature across cases."""
     import jax
 
     att = checks.Attempt(mesh=mesh, layout=layout, case=case)
     att.expected = np.asarray(problem.reference(case.args, *layout))
+    cache = {} if executables is None else executables
     try:
         with time_limit(timeout):
             args = _place(problem, case, mesh)
-            compiled = compile_for(problem, fn, mesh, args)
+            key = _signature(problem, case)
+            compiled = cache.get(key)
+            if compiled is None or want_program:
+                compiled = compile_for(problem, fn, mesh, args, fast=not want_program)
+                cache[key] = compiled
             out = compiled(*_dynamic(problem, args))
             out = genuine_array(out)
             out.block_until_ready()
@@ -122,12 +143,14 @@ def gather_attempts(problem: Problem, fn, *, seed: int = 0, quick: bool = False,
     attempts = []
     for layout in lays:
         mesh = make_mesh(*layout)
+        executables: dict = {}
         cases = [problem.case(rng, *layout, "grade")
                  for _ in range(1 if quick else problem.cases_per_mesh)]
         if not quick:
             cases += problem.edges(*layout)
         for i, case in enumerate(cases):
-            att = run_case(problem, fn, mesh, layout, case, want_program=(i == 0))
+            att = run_case(problem, fn, mesh, layout, case, want_program=(i == 0),
+                           executables=executables)
             attempts.append(att)
             if att.error and "timed out" in att.error:
                 return attempts  # one hang is enough evidence; do not wait for more
