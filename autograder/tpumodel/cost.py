@@ -243,6 +243,10 @@ def _dot_flops(n: Node) -> float:
     return 2.0 * out.size * rhs.size / max(feat, 1)
 
 
+#: words of the jaxpr collectives a student writes (their names survive into HLO metadata)
+_COLLECTIVE_WORDS = ("ppermute", "psum", "all_gather", "all_to_all", "scatter", "pmax", "pmin")
+
+
 def _short_label(label: str) -> str:
     parts = [p for p in label.split("/") if p]
     keep = [p for p in parts if not p.startswith(("jit(", "while", "body", "closed_call",
@@ -278,7 +282,10 @@ def build_tasks(nodes: list[Node], out_value, geo: Geometry, chip: chipmod.Chip,
         if first.opcode in COLLECTIVES:
             t, lanes, cb, desc = collective_cost(first, geo, chip, device)
             shape = first.inputs[0].shape if first.inputs else first.out[0]
-            tasks.append(Task(tid, "comm", _short_label(first.label) + suffix, t, lanes, deps,
+            lab = _short_label(first.label)
+            if not any(k in lab for k in _COLLECTIVE_WORDS):
+                lab = first.opcode  # inserted by GSPMD: its metadata names the op it serves
+            tasks.append(Task(tid, "comm", lab + suffix, t, lanes, deps,
                               list(ms), f"{desc}, {shape}", comm_bytes=cb))
             continue
         mset = set(ms)
