@@ -55,14 +55,9 @@ jax.debug.visualize_array_sharding(A)
 # use it to check your own answers.
 
 # %%
-COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
-
-
-def compiled_collectives(f, *args):
-    """The lines of f's compiled program that move data between devices."""
-    text = jax.jit(f).lower(*args).compile().as_text()
-    return [l.strip() for l in text.splitlines()
-            if any(f" {c}(" in l or f" {c}-start(" in l for c in COLLECTIVES)]
+# compiled_collectives(f, *args) compiles f for these arguments and keeps the lines of XLA's
+# module that run a collective (its code is in selfcheck.py, next to this notebook).
+from selfcheck import compiled_collectives
 
 
 # Summing over the rows of a row-sharded array needs an all-reduce across X:

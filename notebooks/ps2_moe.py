@@ -112,14 +112,7 @@ print(f"moe_local:   {temp_mib(moe_local, *big):8.1f} MiB")
 # collective tell you:
 
 # %%
-COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
-
-
-def compiled_collectives(f, *args):
-    """The lines of f's compiled program that move data between devices."""
-    text = jax.jit(f).lower(*args).compile().as_text()
-    return [l.strip() for l in text.splitlines()
-            if any(f" {c}(" in l or f" {c}-start(" in l for c in COLLECTIVES)]
+from selfcheck import compiled_collectives  # XLA's collective lines (code in selfcheck.py)
 
 
 for line in compiled_collectives(functools.partial(moe_jit, mesh=mesh), A, B, W):

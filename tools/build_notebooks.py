@@ -163,7 +163,7 @@ def build_notebook(asg: str):
     return nb
 
 
-BUNDLE_MODULES = ("devices", "meshes", "compare", "loader", "public")
+BUNDLE_MODULES = ("devices", "meshes", "compare", "loader", "public", "notebook_tools")
 _REL_IMPORT = re.compile(r"^from \.[\w.]* import .*$|^from \. import .*$")
 
 
