@@ -98,7 +98,7 @@ def _signature(problem: Problem, case: Case) -> tuple:
 
 
 def run_case(problem: Problem, fn, mesh, layout, case: Case, *, want_program: bool,
-             timeout: float = CALL_TIMEOUT, executables: dict | None = None) -> checks.Attempt:
+             timeout: float | None = None, executables: dict | None = None) -> checks.Attempt:
     """Run one case; ``executables`` caches compiled programs by signature across cases."""
     import jax
 
@@ -106,7 +106,7 @@ def run_case(problem: Problem, fn, mesh, layout, case: Case, *, want_program: bo
     att.expected = np.asarray(problem.reference(case.args, *layout))
     cache = {} if executables is None else executables
     try:
-        with time_limit(timeout):
+        with time_limit(CALL_TIMEOUT if timeout is None else timeout):
             args = _place(problem, case, mesh)
             key = _signature(problem, case)
             compiled = cache.get(key)
@@ -202,8 +202,7 @@ def grade_function(problem: Problem, fn, *, seed: int = 0, quick: bool = False,
     attempts = gather_attempts(problem, fn, seed=seed, quick=quick)
     num = checks.numerics(problem, attempts)
     res.checks.append(num)
-    res.checks.append(checks.sharding(problem, attempts) if problem.uses_mesh
-                      else CheckResult("sharding", True, "single-device function"))
+    res.checks.append(checks.sharding(problem, attempts))
     if not num.passed:
         for n in problem.check_names[1:]:
             if n != "sharding":

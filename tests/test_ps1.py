@@ -60,3 +60,12 @@ def test_missing_function_scores_zero_with_not_found():
     res = grade("ps1", "wrong_global_roll", "shard_average_jit")
     assert res.score == 0
     assert "not found" in check_of(res, "numerics").message
+
+
+def test_a_hang_gets_the_same_verdicts_in_process_as_when_the_worker_is_killed(monkeypatch):
+    """Every check fails for a function that never returns, however the hang was stopped."""
+    from autograder import grading
+
+    monkeypatch.setattr(grading, "CALL_TIMEOUT", 2.0)
+    res = grade("ps1", "hang_in_function", "roll_diff")
+    assert not any(c.passed for c in res.checks), res.report()
