@@ -20,7 +20,12 @@ c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedb
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 
-# Grading a function compiles it on several meshes: give cells room, and the whole notebook too.
+# Autograding never runs student code in a kernel here: the notebook runs in the sandbox and the
+# hidden cells' points come from the trusted grader (autograder.nbgrader_plugin.GradeInSandbox).
+from autograder.nbgrader_plugin import configure  # noqa: E402
+
+configure(c)
+c.GradeInSandbox.cell_timeout = 300
+# `nbgrader validate` still executes the instructor's own notebooks in a kernel.
 c.Execute.timeout = 900
-c.Execute.interrupt_on_timeout = True
 c.Execute.allow_errors = True

@@ -9,22 +9,26 @@ Every submission is graded in its own isolated worker process (:mod:`autograder.
 ``--workers`` run at once. Results go to
 
 * ``reports/<student>/<assignment>.json``: one submission's full report plus a fingerprint of
-  the file and the grading options (a later run skips it while both are unchanged: the batch is
-  resumable; ``--force`` grades again);
+  the file, the grader's own files and the grading options, signed with a key kept beside the
+  reports (a later run reuses only a report whose signature and fingerprint check out: the batch
+  is resumable; ``--force`` grades again);
 * ``reports/<student>.json``: the student's report, all assignments;
 * the CSV (``--out``): student, assignment, one column per graded function, total, max.
 
-A JAX compilation cache is warmed once with the jit baselines by a trusted worker and copied to
-every submission's worker, so that compile work is not repeated per submission.
+Only this process and the trusted graders write there; student code runs in the sandbox and
+sees none of it. The trusted graders share one JAX compilation cache (warmed once with the jit
+baselines), which student code never sees either.
 """
 from __future__ import annotations
 
 import argparse
 import csv
 import hashlib
+import hmac
 import json
 import os
 import re
+import secrets
 import sys
 import threading
 import time
@@ -98,12 +102,52 @@ def discover(root: Path) -> list[Item]:
     return items
 
 
+def grader_hash() -> str:
+    """A hash of the grader's own files: a report from another grader is never reused."""
+    h = hashlib.sha256()
+    pkg = Path(__file__).resolve().parent
+    for p in sorted(pkg.rglob("*.py")):
+        if "tests" in p.relative_to(pkg).parts:
+            continue
+        h.update(str(p.relative_to(pkg)).encode())
+        h.update(p.read_bytes())
+    return h.hexdigest()[:16]
+
+
 def fingerprint(item: Item, opts) -> str:
     h = hashlib.sha256()
     h.update(item.path.read_bytes())
-    h.update(json.dumps([GRADER_VERSION, item.assignment, opts.quick, opts.seed, opts.with_speed],
-                        sort_keys=True).encode())
+    h.update(json.dumps([GRADER_VERSION, grader_hash(), item.assignment, opts.quick, opts.seed,
+                         opts.with_speed, opts.isolation, opts.only], sort_keys=True).encode())
     return h.hexdigest()
+
+
+def _key(reports: Path) -> bytes:
+    """The key reports are signed with, kept beside them (readable by the instructor only)."""
+    path = reports / ".report-key"
+    if not path.exists():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32))
+    return bytes.fromhex(path.read_text().strip())
+
+
+def sign(report: dict, key: bytes) -> str:
+    body = json.dumps({k: v for k, v in report.items() if k != "signature"}, sort_keys=True)
+    return hmac.new(key, body.encode(), "sha256").hexdigest()
+
+
+def verified(path: Path, fp: str, key: bytes) -> Optional[dict]:
+    """The report at ``path`` if this grader wrote it for this exact submission and options."""
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    if not isinstance(old, dict) or old.get("fingerprint") != fp:
+        return None
+    if not hmac.compare_digest(str(old.get("signature", "")), sign(old, key)):
+        return None
+    return old
 
 
 def _slug(s: str) -> str:
@@ -123,13 +167,11 @@ def grade_one(item: Item, opts, reports: Path, *, force: bool = False) -> Outcom
 
     out = reports / _slug(item.student) / f"{_slug(item.assignment or item.path.stem)}.json"
     fp = fingerprint(item, opts)
+    key = _key(reports)
     if not force and out.exists():
-        try:
-            old = json.loads(out.read_text())
-            if old.get("fingerprint") == fp:
-                return Outcome(item, old, skipped=True)
-        except (OSError, json.JSONDecodeError):
-            pass
+        old = verified(out, fp, key)
+        if old is not None:
+            return Outcome(item, old, skipped=True)
     t0 = time.monotonic()
     import copy
 
@@ -140,6 +182,7 @@ def grade_one(item: Item, opts, reports: Path, *, force: bool = False) -> Outcom
     rep = {"student": item.student, "assignment": res.assignment or item.assignment,
            "submission": str(item.path), "fingerprint": fp, "seconds": round(secs, 2),
            **res.to_dict()}
+    rep["signature"] = sign(rep, key)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(rep, indent=2))
@@ -162,12 +205,13 @@ def write_outputs(outcomes: list[Outcome], csv_path: Path, reports: Path) -> Non
     tmp = csv_path.with_suffix(csv_path.suffix + ".tmp")
     with open(tmp, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["student", "assignment"] + fnames + ["total", "max_total"])
+        w.writerow(["student", "assignment"] + fnames + ["total", "max_total", "isolated"])
         for o in rows:
             fs = o.report.get("functions", {})
             w.writerow([o.item.student, o.report.get("assignment") or ""]
                        + [fs[n]["score"] if n in fs else "" for n in fnames]
-                       + [o.report.get("score", 0), o.report.get("max_score", 0)])
+                       + [o.report.get("score", 0), o.report.get("max_score", 0),
+                          "yes" if o.report.get("isolated", False) else "NO"])
     os.replace(tmp, csv_path)
     by_student: dict[str, list[dict]] = {}
     for o in rows:
@@ -193,10 +237,10 @@ def grade_all(root: Path, *, workers: int = 1, out: Optional[Path] = None,
     reports = Path(reports) if reports else out.parent / "reports"
     reports.mkdir(parents=True, exist_ok=True)
     if opts.cache_dir is None:
-        opts.cache_dir = reports / ".jax_cache"
+        opts.cache_dir = (reports / ".jax_cache").resolve()
     if warm and items:
         stamp = Path(opts.cache_dir) / ".warmed"
-        want = json.dumps([GRADER_VERSION, opts.seed, opts.with_speed, opts.quick])
+        want = json.dumps([GRADER_VERSION, grader_hash(), opts.with_speed])
         if not (stamp.exists() and stamp.read_text() == want):
             if warm_cache(Path(opts.cache_dir), opts):
                 stamp.write_text(want)
@@ -244,7 +288,9 @@ def add_parser(sub) -> None:
     g.add_argument("--force", action="store_true", help="grade again what was graded before")
     g.add_argument("--quick", action="store_true", help="fewer meshes and cases")
     g.add_argument("--no-speed", action="store_true", help="skip the speed check")
-    g.add_argument("--seed", type=int, default=0)
+    from .cli import add_trust_options
+
+    add_trust_options(g)
     g.add_argument("--function-timeout", type=float, default=150.0,
                    help="seconds per graded function (default 150)")
     g.add_argument("--load-timeout", type=float, default=120.0,
@@ -257,7 +303,8 @@ def add_parser(sub) -> None:
 
 
 def _cmd(a) -> int:
-    from .sandbox import Limits, Options
+    from .cli import refuse
+    from .sandbox import IsolationUnavailable, Limits, Options, check_options
 
     root = Path(a.dir)
     if not root.is_dir():
@@ -266,7 +313,12 @@ def _cmd(a) -> int:
     lim = Limits(per_function_s=a.function_timeout, load_s=a.load_timeout,
                  memory_mb=a.memory_mb)
     opts = Options(quick=a.quick, seed=a.seed, with_speed=not a.no_speed,
-                   cache_dir=Path(a.cache_dir) if a.cache_dir else None, limits=lim)
+                   cache_dir=Path(a.cache_dir) if a.cache_dir else None, limits=lim,
+                   isolation=not a.no_isolation)
+    try:
+        check_options(opts)
+    except (ValueError, IsolationUnavailable) as e:
+        return refuse(e)
     t0 = time.monotonic()
     outcomes = grade_all(root, workers=a.workers, out=Path(a.out),
                          reports=Path(a.reports) if a.reports else None, force=a.force,

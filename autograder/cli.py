@@ -5,8 +5,10 @@
     python -m autograder list
     python -m autograder profile SUBMISSION FUNCTION [--chip v5e] [--mesh 2x4] [--json]
 
-Grading runs in a separate worker process with a time limit, so a submission that hangs or
-crashes the interpreter still gets a report (and this command still exits 0).
+Student code runs only in the sandbox (:mod:`autograder.isolation`); the verdicts come from a
+trusted process that grades the programs it exported. A submission that hangs or crashes still
+gets a report (and this command still exits 0). Where the sandbox is unavailable, ``grade`` and
+``grade-all`` refuse to run unless given ``--no-isolation``.
 """
 from __future__ import annotations
 
@@ -23,26 +25,44 @@ LOAD_S = 120.0
 
 
 def grade_path(submission: Path, assignment: str | None = None, *, quick: bool = False,
-               seed: int = 0, with_speed: bool = True, timeout: float | None = None,
-               log=None, limits=None, cache_dir=None) -> SubmissionResult:
-    """Grade one submission in isolated worker processes (see :mod:`autograder.sandbox`)."""
+               seed: int | None = None, with_speed: bool = True, timeout: float | None = None,
+               log=None, limits=None, cache_dir=None, isolation: bool = True,
+               only=None) -> SubmissionResult:
+    """Grade one submission: student code in the sandbox, verdicts in a trusted process (see
+    :mod:`autograder.sandbox`)."""
     from . import sandbox
 
     lim = limits or sandbox.Limits(per_function_s=PER_FUNCTION_S, load_s=LOAD_S)
     if timeout:
         lim.per_submission_s = timeout
     opts = sandbox.Options(assignment=assignment, quick=quick, seed=seed, with_speed=with_speed,
-                           cache_dir=cache_dir, limits=lim)
+                           cache_dir=cache_dir, limits=lim, isolation=isolation, only=only)
     return sandbox.grade_submission(Path(submission), opts, log=log)
 
 
+def refuse(e: Exception) -> int:
+    """The message and exit code for options the grader cannot run with."""
+    from .sandbox import IsolationUnavailable
+
+    if isinstance(e, IsolationUnavailable):
+        print(f"refusing to run student code without isolation: {e}", file=sys.stderr)
+    else:
+        print(str(e), file=sys.stderr)
+    return 2
+
+
 def _cmd_grade(a) -> int:
+    from .sandbox import IsolationUnavailable
+
     path = Path(a.submission)
     if not path.exists():
         print(f"no such file: {path}", file=sys.stderr)
         return 2
-    res = grade_path(path, a.assignment, quick=a.quick, seed=a.seed,
-                     with_speed=not a.no_speed)
+    try:
+        res = grade_path(path, a.assignment, quick=a.quick, seed=a.seed,
+                         with_speed=not a.no_speed, isolation=not a.no_isolation)
+    except (ValueError, IsolationUnavailable) as e:
+        return refuse(e)
     if a.json:
         print(json.dumps(res.to_dict(), indent=2))
     else:
@@ -60,6 +80,13 @@ def _cmd_list(a) -> int:
     return 0
 
 
+def add_trust_options(g) -> None:
+    g.add_argument("--seed", type=int, default=None,
+                   help="fix the input seed (default: a fresh secret seed for every run)")
+    g.add_argument("--no-isolation", action="store_true",
+                   help="run student code without the sandbox (every report then says so)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m autograder",
                                  description="Grade JAX sharding exercises.")
@@ -70,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--json", action="store_true", help="print one JSON object")
     g.add_argument("--quick", action="store_true", help="fewer meshes and cases")
     g.add_argument("--no-speed", action="store_true", help="skip the speed check")
-    g.add_argument("--seed", type=int, default=0)
+    add_trust_options(g)
     g.set_defaults(func=_cmd_grade)
     from .batch import add_parser as _add_batch_parser
 

@@ -1,31 +1,38 @@
-"""The runner: gathers evidence about one graded function and hands it to the checks.
+"""The trusted runner: gathers evidence about one graded function and hands it to the checks.
 
-``grade_function(problem, fn)`` compiles the student's function with
-``jax.jit(functools.partial(fn, mesh=mesh), static_argnums=...)`` on every mesh layout, runs it on
-randomized cases, traces its program, measures memory and speed against the jit baseline, and
-returns a :class:`FunctionResult`. Every failure of student code (an exception, a hang, NaNs, a
-wrong shape, something that is not an array) becomes a failed check with a message.
+``grade_function(problem, exporter)`` plans the cases from a fresh secret seed and asks the
+untrusted side for the student's *programs* (``jax.export`` artifacts of
+``jax.jit(functools.partial(fn, mesh=mesh))`` for each mesh layout and argument signature; the
+request carries shapes, never values). Once the artifacts are here it makes the inputs, compiles
+and runs each program, reads its structure from the StableHLO it holds, measures memory and
+speed against the jit baseline and returns a :class:`FunctionResult`. Every failure (an export
+error, a program that hangs, NaNs, a wrong shape) becomes a failed check with a message.
 """
 from __future__ import annotations
 
 import functools
 import os
+import secrets
 import statistics
 import time
 import traceback
 import zlib
+from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import numpy as np
 
 from . import checks
+from .artifacts import Artifact, ArtifactError, LocalExporter, load_artifact
 from .compare import genuine_array, sharding_problem
 from .devices import platform as current_platform
+from .exporting import spec_of
 from .loader import GradingTimeout, time_limit
 from .meshes import layouts as all_layouts, make_mesh
-from .program import trace
+from .records import ArgSpec, ExportRequest
 from .registry import Case, Problem
 from .results import CheckResult, FunctionResult, failed
+from .stablehlo import program_from_exported
 
 # Bound before any student code can run in this process; later patches of the time module do
 # not reach it.
@@ -94,25 +101,132 @@ def compile_for(problem: Problem, fn, mesh, args, *, baseline: bool = False,
 def _signature(problem: Problem, case: Case) -> tuple:
     """What a compiled executable depends on: array shapes and dtypes, static values."""
     return tuple((a.shape, a.dtype.str) if s is not None else ("static", a)
-                 for a, s in zip(case.args, problem.in_specs))
+                 for a, s in zip(case.args, problem.in_specs, strict=True))
 
 
-def run_case(problem: Problem, fn, mesh, layout, case: Case, *, want_program: bool,
-             timeout: float | None = None, executables: dict | None = None) -> checks.Attempt:
-    """Run one case; ``executables`` caches compiled programs by signature across cases."""
+def request_for(problem: Problem, case: Case, layout, rid: int, platform: str) -> ExportRequest:
+    """What the untrusted side is told about a case: shapes, dtypes, shardings, static values
+    (never the array values)."""
+    args = []
+    for a, spec in zip(case.args, problem.in_specs, strict=True):
+        if spec is None:
+            args.append(ArgSpec(static=int(a)))
+        else:
+            args.append(ArgSpec(shape=tuple(int(d) for d in a.shape), dtype=a.dtype.name,
+                                spec=spec_of(spec) if problem.uses_mesh else None))
+    return ExportRequest(rid, problem.name, tuple(layout) if problem.uses_mesh else None,
+                         tuple(args), platform)
+
+
+@dataclass
+class Plan:
+    """Every case one function is graded on, as shapes: the inputs themselves are made from
+    the secret seed only after the programs have arrived."""
+
+    problem: Problem
+    seed: int
+    quick: bool
+    with_big: bool
+    platform: str
+    #: (layout, case index) -> signature; cases are rebuilt from the seed by :meth:`cases`
+    requests: dict = field(default_factory=dict)  # signature key -> ExportRequest
+
+    def _rng(self, which: int) -> np.random.Generator:
+        return np.random.default_rng([self.seed, zlib.crc32(self.problem.name.encode()), which])
+
+    def layouts(self):
+        lays = self.problem.layouts or all_layouts()
+        return lays[:2] if self.quick else lays
+
+    def cases(self):
+        """[(layout, [Case, ...])] for the numerics, rebuilt identically on every call."""
+        out = []
+        for i, layout in enumerate(self.layouts()):
+            rng = self._rng(i)
+            n = 1 if self.quick else self.problem.cases_per_mesh
+            cases = [self.problem.case(rng, *layout, "grade") for _ in range(n)]
+            if not self.quick:
+                cases += self.problem.edges(rng, *layout)
+            out.append((layout, cases))
+        return out
+
+    def big(self, size: str) -> tuple:
+        """(layout, Case) of the memory or speed check."""
+        layout = self.problem.speed_layout
+        rng = self._rng(1000 + ("memory", "speed").index(size))
+        return layout, self.problem.case(rng, *layout, size)
+
+    def request(self, layout, case: Case) -> ExportRequest:
+        key = (tuple(layout), _signature(self.problem, case))
+        if key not in self.requests:
+            self.requests[key] = request_for(self.problem, case, layout, len(self.requests),
+                                             self.platform)
+        return self.requests[key]
+
+    def all_requests(self) -> list[ExportRequest]:
+        for layout, cases in self.cases():
+            for c in cases:
+                self.request(layout, c)
+        if self.with_big:
+            sizes = (["memory"] if self.problem.memory_bound is not None else []) + (
+                ["speed"] if self.problem.baseline is not None else [])
+            for size in sizes:
+                self.request(*self.big(size))
+        return list(self.requests.values())
+
+
+class Programs:
+    """The artifacts of one function, checked on arrival and compiled once per signature."""
+
+    def __init__(self, plan: Plan, replies: dict):
+        self.plan = plan
+        self.replies = replies
+        self._loaded: dict = {}
+        self._compiled: dict = {}
+
+    def artifact(self, layout, case: Case) -> Artifact:
+        req = self.plan.request(layout, case)
+        if req.id not in self._loaded:
+            try:
+                self._loaded[req.id] = load_artifact(self.replies.get(req.id), req)
+            except ArtifactError as e:
+                self._loaded[req.id] = e
+        got = self._loaded[req.id]
+        if isinstance(got, ArtifactError):
+            raise got
+        return got
+
+    def compiled(self, layout, case: Case, mesh, args, *, fast: bool):
+        art = self.artifact(layout, case)
+        key = (self.plan.request(layout, case).id, fast)
+        if key not in self._compiled:
+            import jax
+
+            lowered = jax.jit(art.call).lower(*_dynamic(self.plan.problem, args))
+            if fast and current_platform() == "cpu":
+                self._compiled[key] = lowered.compile(FAST_CPU_COMPILE)
+            else:
+                self._compiled[key] = lowered.compile()
+        return self._compiled[key]
+
+
+def _mesh_for(problem: Problem, layout):
+    return make_mesh(*layout)
+
+
+def run_case(programs: Programs, layout, case: Case, *, want_program: bool,
+             timeout: float | None = None) -> checks.Attempt:
+    """Run one case of the student's program, and read its structure if asked."""
     import jax
 
+    problem = programs.plan.problem
+    mesh = _mesh_for(problem, layout)
     att = checks.Attempt(mesh=mesh, layout=layout, case=case)
     att.expected = np.asarray(problem.reference(case.args, *layout))
-    cache = {} if executables is None else executables
     try:
         with time_limit(CALL_TIMEOUT if timeout is None else timeout):
             args = _place(problem, case, mesh)
-            key = _signature(problem, case)
-            compiled = cache.get(key)
-            if compiled is None or want_program:
-                compiled = compile_for(problem, fn, mesh, args, fast=not want_program)
-                cache[key] = compiled
+            compiled = programs.compiled(layout, case, mesh, args, fast=not want_program)
             out = compiled(*_dynamic(problem, args))
             out = genuine_array(out)
             out.block_until_ready()
@@ -120,9 +234,12 @@ def run_case(problem: Problem, fn, mesh, layout, case: Case, *, want_program: bo
             if problem.uses_mesh:
                 att.sharding_error = sharding_problem(out, mesh, problem.out_spec)
             if want_program:
-                att.program = trace(_bind(problem, fn, mesh), args,
-                                    static_argnums=problem.static_argnums,
-                                    compiled_text=compiled.as_text())
+                art = programs.artifact(layout, case)
+                shape = tuple(int(s) for s in mesh.devices.shape) if problem.uses_mesh else None
+                att.program = program_from_exported(art.exported, mesh_shape=shape,
+                                                    compiled_text=compiled.as_text())
+    except ArtifactError as e:
+        att.error = str(e)
     except BaseException as e:  # noqa: BLE001
         if isinstance(e, KeyboardInterrupt):
             raise
@@ -130,27 +247,11 @@ def run_case(problem: Problem, fn, mesh, layout, case: Case, *, want_program: bo
     return att
 
 
-def _case_seed(problem: Problem, seed: int) -> np.random.Generator:
-    return np.random.default_rng([seed, zlib.crc32(problem.name.encode())])
-
-
-def gather_attempts(problem: Problem, fn, *, seed: int = 0, quick: bool = False,
-                    layouts=None) -> list[checks.Attempt]:
-    rng = _case_seed(problem, seed)
-    lays = layouts or problem.layouts or all_layouts()
-    if quick:
-        lays = lays[:2]
+def gather_attempts(programs: Programs) -> list[checks.Attempt]:
     attempts = []
-    for layout in lays:
-        mesh = make_mesh(*layout)
-        executables: dict = {}
-        cases = [problem.case(rng, *layout, "grade")
-                 for _ in range(1 if quick else problem.cases_per_mesh)]
-        if not quick:
-            cases += problem.edges(*layout)
+    for layout, cases in programs.plan.cases():
         for i, case in enumerate(cases):
-            att = run_case(problem, fn, mesh, layout, case, want_program=(i == 0),
-                           executables=executables)
+            att = run_case(programs, layout, case, want_program=(i == 0))
             attempts.append(att)
             if att.error and "timed out" in att.error:
                 return attempts  # one hang is enough evidence; do not wait for more
@@ -190,16 +291,36 @@ def _skipped(name: str, why: str) -> CheckResult:
     return failed(name, f"not checked: {why}")
 
 
-def grade_function(problem: Problem, fn, *, seed: int = 0, quick: bool = False,
-                   with_speed: bool = True, modeler: Optional[Callable] = None) -> FunctionResult:
-    """Grade one function. ``fn`` None means the submission does not define it."""
+def fresh_seed() -> int:
+    """A secret seed for one grading run: nothing a student can predict or memorise."""
+    return secrets.randbits(63)
+
+
+def grade_function(problem: Problem, source, *, seed: int | None = None, quick: bool = False,
+                   with_speed: bool = True, modeler: Optional[Callable] = None,
+                   export_timeout: float = 120.0) -> FunctionResult:
+    """Grade one function from the programs ``source`` exports.
+
+    ``source`` is an :class:`~autograder.artifacts.Exporter` (the sandboxed worker), or, for
+    trusted code in this process (the package's own tests), the function itself (None: the
+    submission does not define it). Either way every check runs on the exported program;
+    nothing here calls the student's Python.
+    """
     res = FunctionResult(problem.name, float(problem.points), weights=dict(problem.weights))
-    if fn is None or not callable(fn):
+    if source is None or not (callable(source) or hasattr(source, "export")):
         why = f"function {problem.name!r} not found in the submission"
         res.checks = [_skipped(n, why) if n != "numerics" else failed(n, why)
                       for n in problem.check_names]
         return res
-    attempts = gather_attempts(problem, fn, seed=seed, quick=quick)
+    exporter = source if hasattr(source, "export") else LocalExporter.of(problem.name, source)
+    plan = Plan(problem, fresh_seed() if seed is None else seed, quick,
+                with_big=problem.memory_bound is not None or (
+                    with_speed and problem.baseline is not None),
+                platform=current_platform())
+    requests = plan.all_requests()
+    replies = exporter.export(requests, export_timeout)
+    programs = Programs(plan, replies)
+    attempts = gather_attempts(programs)
     num = checks.numerics(problem, attempts)
     res.checks.append(num)
     res.checks.append(checks.sharding(problem, attempts))
@@ -209,33 +330,24 @@ def grade_function(problem: Problem, fn, *, seed: int = 0, quick: bool = False,
                 res.checks.append(_skipped(n, "the numerics check must pass first"))
         return res
     res.checks.append(checks.structure(problem, attempts))
-    big = None
-    if problem.memory_bound is not None or (with_speed and problem.baseline is not None):
-        big = _big_case(problem, fn, seed)
     if problem.memory_bound is not None:
-        res.checks.append(_memory_check(problem, fn, big))
+        res.checks.append(_memory_check(programs))
     if problem.baseline is not None and with_speed:
         if modeler is None:
             modeler = _default_modeler()
-        res.checks.append(_speed_check(problem, fn, big, modeler))
+        res.checks.append(_speed_check(programs, modeler))
     return res
 
 
-def _big_case(problem: Problem, fn, seed: int):
-    layout = problem.speed_layout
-    mesh = make_mesh(*layout)
-    rng = _case_seed(problem, seed + 1)
-    return layout, mesh, rng
-
-
-def _memory_check(problem: Problem, fn, big) -> CheckResult:
-    layout, mesh, rng = big
-    case = problem.case(rng, *layout, "memory")
+def _memory_check(programs: Programs) -> CheckResult:
+    problem = programs.plan.problem
+    layout, case = programs.plan.big("memory")
+    mesh = _mesh_for(problem, layout)
     where = f"mesh {layout[0]}x{layout[1]} with {case.describe(problem.arg_names)}"
     try:
         with time_limit(CALL_TIMEOUT):
             args = _place(problem, case, mesh)
-            compiled = compile_for(problem, fn, mesh, args)
+            compiled = programs.compiled(layout, case, mesh, args, fast=False)
             stats = compiled.memory_analysis()
             temp = None if stats is None else int(stats.temp_size_in_bytes)
     except BaseException as e:  # noqa: BLE001
@@ -246,17 +358,19 @@ def _memory_check(problem: Problem, fn, big) -> CheckResult:
     return checks.memory(problem, temp, int(bound), what, where)
 
 
-def _speed_check(problem: Problem, fn, big, modeler) -> CheckResult:
-    layout, mesh, rng = big
-    case = problem.case(rng, *layout, "speed")
+def _speed_check(programs: Programs, modeler) -> CheckResult:
+    problem = programs.plan.problem
+    layout, case = programs.plan.big("speed")
+    mesh = _mesh_for(problem, layout)
     try:
         with time_limit(2 * CALL_TIMEOUT):
             args = _place(problem, case, mesh)
-            student = compile_for(problem, fn, mesh, args)
+            student = programs.compiled(layout, case, mesh, args, fast=False)
             base = compile_for(problem, problem.baseline, mesh, args, baseline=True)
             dyn = _dynamic(problem, args)
             s, b, ratio = measure(student, base, dyn)
-            modeled = modeler(problem, fn, mesh, args) if modeler else {}
+            art = programs.artifact(layout, case)
+            modeled = modeler(problem, art.call, mesh, args, program=True) if modeler else {}
     except BaseException as e:  # noqa: BLE001
         if isinstance(e, KeyboardInterrupt):
             raise
@@ -275,6 +389,6 @@ def _default_modeler():
     """The modeled-TPU speed basis when no TPU is present (None on a TPU: measured time)."""
     try:
         from .tpumodel import default_modeler
-    except Exception:  # noqa: BLE001 - the model is optional
-        return None
+    except ImportError as e:
+        raise RuntimeError(f"the TPU model could not be loaded ({e})") from e
     return default_modeler()

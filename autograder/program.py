@@ -211,7 +211,13 @@ def _while_trip_count(eqn) -> int | None:
     start = _literal_value(carry_in[pos])
     if start is None:
         return None
-    step = _while_step(eqn, pos)
+    return trip_count(op, start, bound, _while_step(eqn, pos))
+
+
+def trip_count(op: str, start: int, bound: int, step: int | None) -> int | None:
+    """Iterations of ``for (i = start; i <op> bound; i += step)``; ``op`` is one of lt, le, gt,
+    ge, ne. None when the loop never ends or the step is unknown (except ``lt``, see below).
+    Shared by the jaxpr walker and :mod:`autograder.stablehlo`."""
     if step is None:
         # The historical assumption for ``i < n`` loops whose increment could not be read.
         if op != "lt":
@@ -248,6 +254,8 @@ class Program:
     #: (shape, itemsize) of the traced function's array arguments and outputs (global view)
     arg_info: tuple = ()
     out_info: tuple = ()
+    #: short dtype names ('f32', 'i32', 'bool', ...) of the arguments, in arg_info's order
+    arg_dtypes: tuple[str, ...] = ()
 
     # -- queries used by the structure rules -------------------------------------------------
     def collectives(self, kind: str | None = None, axis: str | None = None) -> list[Op]:
@@ -363,9 +371,12 @@ def trace(fn, args, *, static_argnums=(), compiled_text: str | None = None) -> P
     text = compiled_text
     if text is None:
         text = jax.jit(fn, static_argnums=static_argnums).lower(*args).compile().as_text()
+    from jax._src.dtypes import short_dtype_name
+
     def info(avals):
         return tuple((_shape(a), np.dtype(a.dtype).itemsize) for a in avals)
 
     return Program(ops=ops, jaxpr_text=str(closed), compiled_text=text,
                    uses_shard_map=meta["shard_map"], shard_map_check_vma=tuple(meta["check_vma"]),
-                   arg_info=info(closed.in_avals), out_info=info(closed.out_avals))
+                   arg_info=info(closed.in_avals), out_info=info(closed.out_avals),
+                   arg_dtypes=tuple(short_dtype_name(a.dtype) for a in closed.in_avals))

@@ -67,7 +67,8 @@ class Problem:
     uses_mesh: bool = True
     #: extra randomized cases per mesh (beyond the first) for the numerics check
     cases_per_mesh: int = 2
-    #: the edge cases that must always be run: (x, y) -> list of arg tuples (references module)
+    #: the edge cases that must always be run: (rng, x, y) -> list of arg tuples (references
+    #: module); their values come from the grading run's secret seed like every other case
     edge_cases: Optional[Callable] = None
     rtol: float = 1e-4
     atol: float = 1e-4
@@ -82,11 +83,11 @@ class Problem:
         c = self.make_case(rng, x, y, size)
         return c if isinstance(c, Case) else Case(tuple(c))
 
-    def edges(self, x: int, y: int) -> list[Case]:
+    def edges(self, rng, x: int, y: int) -> list[Case]:
         if self.edge_cases is None:
             return []
         return [c if isinstance(c, Case) else Case(tuple(c), "edge case")
-                for c in self.edge_cases(x, y)]
+                for c in self.edge_cases(rng, x, y)]
 
     @property
     def static_argnums(self) -> tuple[int, ...]:

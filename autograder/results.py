@@ -20,6 +20,12 @@ class CheckResult:
     def to_dict(self) -> dict:
         return {"name": self.name, "passed": bool(self.passed), "message": self.message}
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "CheckResult":
+        if not isinstance(d, dict) or set(d) != {"name", "passed", "message"}:
+            raise ValueError(f"not a check result: {d!r}"[:200])
+        return cls(str(d["name"]), bool(d["passed"]), str(d["message"]))
+
 
 def passed(name: str, message: str = "ok") -> CheckResult:
     return CheckResult(name, True, message)
@@ -69,6 +75,8 @@ class SubmissionResult:
     functions: dict[str, FunctionResult]
     assignment: str | None = None
     notes: list[str] = field(default_factory=list)
+    #: whether the student's code ran in the sandbox (False: --no-isolation)
+    isolated: bool = True
 
     @property
     def score(self) -> float:
@@ -88,6 +96,7 @@ class SubmissionResult:
             d = {"assignment": self.assignment, **d}
         if self.notes:
             d["notes"] = list(self.notes)
+        d["isolated"] = self.isolated
         return d
 
     def report(self) -> str:

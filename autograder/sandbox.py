@@ -1,32 +1,24 @@
-"""Running one submission in its own process, with limits, out of reach of the grader's files.
+"""Supervising the grading of one submission: limits, restarts, the report.
 
-:func:`grade_submission` is what ``grade`` and ``grade-all`` use. For each submission it
+:func:`grade_submission` is what ``grade``, ``grade-all`` and the nbgrader preprocessor use. For
+each submission it copies the file into a private temporary folder and starts the trusted grader
+(``python -m autograder.trusted``), which in turn runs the student's code only inside the
+sandbox (:mod:`autograder.isolation`) and grades the programs it exports. This process reads the
+trusted grader's records (:mod:`autograder.records`) and watches the clock and the memory:
 
-* makes a private temporary directory (the worker's working directory and ``$HOME``) holding a
-  copy of the submission and a fresh copy of the :mod:`autograder` package *only*: the worker's
-  import path has no course root, so ``solutions``, ``source``, the tests and the instructor's
-  notebooks cannot be imported (the worker also refuses those names outright);
-* starts ``python -s -P -m autograder.session`` in a new process group with a memory limit
-  (``RLIMIT_AS``, plus a resident-memory watchdog here), an output limit (``RLIMIT_FSIZE``:
-  a submission printing megabytes gets ``File too large`` errors, never a full disk) and no core
-  dumps;
-* hands it a fresh random key on stdin and reads its verdicts from a pipe: each record carries a
-  sequence number and an HMAC, so a submission that writes fake results (to a file, to stdout, to
-  the pipe itself) changes nothing;
-* watches the clock: a statement of the submission that hangs or kills the interpreter while it is
-  being loaded is skipped and the worker restarted; a graded function that hangs (in Python, at
-  trace time, or inside XLA at run time), crashes the interpreter or exhausts memory gets a zero
-  with the reason, and a new worker grades the functions after it.
+* a graded function whose program hangs (inside XLA too), crashes the interpreter or exhausts
+  memory gets a zero with the reason, and a fresh grader takes the functions after it;
+* a statement of the submission that hangs or crashes while loading is skipped (the trusted
+  grader does that inside; the skip list survives a restart);
+* the scores are computed here, from this registry's points and weights; nothing the student's
+  code writes reaches this process.
 
-Nothing here imports JAX: the parent stays light, whatever the worker does.
+Nothing here imports JAX: the supervisor stays light, whatever a program does.
 """
 from __future__ import annotations
 
-import hmac
-import json
 import os
 import resource
-import secrets
 import select
 import shutil
 import subprocess
@@ -37,15 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+from .records import Done, Plan, RecordError, Result, Start, parse
 from .results import CheckResult, FunctionResult, SubmissionResult
-
-PACKAGE_DIR = Path(__file__).resolve().parent
-
-#: top-level module names student code may never import (the grader, the course's own files)
-BLOCKED_MODULES = ("autograder", "solutions", "source", "release", "submitted", "autograded",
-                   "feedback", "tests", "nbgrader_config", "gradebook", "bench_grading",
-                   "benchmarks", "tools", "notebooks")
-
 
 @dataclass
 class Limits:
@@ -57,17 +42,18 @@ class Limits:
     load_s: float = 120.0
     #: the whole submission, restarts included (None: load_s + per_function_s * n + slack)
     per_submission_s: Optional[float] = None
-    #: resident memory of the worker, enforced by polling /proc (None: off)
+    #: resident memory of the trusted grader, which runs the student's programs (None: off)
     memory_mb: Optional[int] = 6144
-    #: virtual address space (RLIMIT_AS). XLA:CPU with 8 devices peaks near 1.7 GiB of address
-    #: space grading ps1 on the reference; 16 GiB leaves room for the larger problems while
-    #: turning a runaway allocation into a MemoryError / failed allocation instead of swapping.
+    #: virtual address space of every process (RLIMIT_AS): a runaway allocation fails instead
+    #: of swapping. XLA:CPU with 8 devices needs about 2 GiB; 16 GiB leaves room.
     address_space_mb: Optional[int] = 16384
-    #: one top-level statement of the submission while loading (interrupted with SIGALRM)
+    #: one top-level statement of the submission while loading
     statement_s: float = 20.0
-    #: largest file the worker may write (its stdout/stderr log included)
+    #: tracing and exporting one function's programs
+    export_s: float = 120.0
+    #: largest file a process may write (logs included)
     output_mb: int = 32
-    #: how many times a crashed/hung worker is restarted for one submission
+    #: how many times a crashed/hung grader is restarted for one submission
     max_restarts: int = 12
 
     def budget(self, n_functions: int) -> float:
@@ -78,70 +64,68 @@ class Limits:
 
 @dataclass
 class Options:
-    """What to grade and how (passed through to the worker)."""
+    """What to grade and how (passed to the trusted grader once, as its command line)."""
 
     assignment: Optional[str] = None
     quick: bool = False
-    seed: int = 0
+    #: None: a fresh secret seed for every grading run (the instructor may fix one)
+    seed: Optional[int] = None
     with_speed: bool = True
     #: grade only these functions (None: all of the assignment's)
     only: Optional[list] = None
-    #: persistent JAX compilation cache to start from (copied privately for each worker)
+    #: the trusted side's persistent JAX compilation cache (student code never sees it)
     cache_dir: Optional[Path] = None
+    #: run student code in the sandbox (False only when the instructor said --no-isolation)
+    isolation: bool = True
     limits: Limits = field(default_factory=Limits)
 
-
-# ---------------------------------------------------------------------------------------------
-# the record channel
-
-
-def sign(key: bytes, seq: int, body: dict) -> str:
-    text = json.dumps(body, sort_keys=True)
-    mac = hmac.new(key, f"{seq}:{text}".encode(), "sha256").hexdigest()
-    return json.dumps({"seq": seq, "mac": mac, "body": body})
-
-
-def verify(key: bytes, line: str, seq: int) -> Optional[dict]:
-    """The record's body if ``line`` is the genuine record number ``seq``, else None."""
-    try:
-        rec = json.loads(line)
-        body = rec["body"]
-        text = json.dumps(body, sort_keys=True)
-        want = hmac.new(key, f"{seq}:{text}".encode(), "sha256").hexdigest()
-        if rec.get("seq") == seq and hmac.compare_digest(str(rec.get("mac")), want):
-            return body
-    except Exception:  # noqa: BLE001 - anything malformed is simply not a record
-        pass
-    return None
-
-
-# ---------------------------------------------------------------------------------------------
-# the worker's surroundings
+    def argv(self) -> list[str]:
+        """The trusted grader's options: the one place they cross the process boundary."""
+        lim = self.limits
+        out = ["--statement-timeout", str(lim.statement_s), "--load-timeout", str(lim.load_s),
+               "--export-timeout", str(min(lim.export_s, lim.per_function_s / 2)),
+               "--output-mb", str(lim.output_mb)]
+        if lim.address_space_mb:
+            out += ["--address-space-mb", str(lim.address_space_mb)]
+        if lim.memory_mb:
+            out += ["--memory-mb", str(lim.memory_mb)]
+        if self.assignment:
+            out += ["--assignment", self.assignment]
+        if self.quick:
+            out.append("--quick")
+        if self.seed is not None:
+            out += ["--seed", str(int(self.seed))]
+        if not self.with_speed:
+            out.append("--no-speed")
+        if not self.isolation:
+            out.append("--no-isolation")
+        if self.cache_dir:
+            out += ["--cache-dir", str(Path(self.cache_dir).resolve())]
+        return out
 
 
-def copy_package(dest: Path) -> Path:
-    """Copy the autograder package (and nothing else of the course) under ``dest``."""
-    target = dest / "autograder"
-    shutil.copytree(PACKAGE_DIR, target,
-                    ignore=shutil.ignore_patterns("*.orig", "*.rej", ".pytest_cache"))
-    return dest
+class IsolationUnavailable(RuntimeError):
+    """This machine cannot isolate student code, and --no-isolation was not given."""
 
 
-def worker_env(home: Path, pkg_root: Path) -> dict:
-    keep = ("PATH", "LANG", "LC_ALL", "TZ", "JAX_PLATFORMS", "XLA_FLAGS", "TPU_NAME",
-            "CUDA_VISIBLE_DEVICES", "TF_CPP_MIN_LOG_LEVEL", "SSL_CERT_FILE")
-    env = {k: os.environ[k] for k in keep if k in os.environ}
-    env.update({
-        "HOME": str(home),
-        "TMPDIR": str(home),
-        "PYTHONPATH": str(pkg_root),
-        "PYTHONNOUSERSITE": "1",
-        "PYTHONHASHSEED": "0",
-        "PYTHONUNBUFFERED": "1",
-        "MPLBACKEND": "Agg",
-    })
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    return env
+def check_options(opts: Options) -> None:
+    """Validate names before any process starts: a typo is an error, not a zero."""
+    from . import registry
+
+    if opts.assignment is not None and opts.assignment not in registry.assignments():
+        raise ValueError(f"unknown assignment {opts.assignment!r}; known: "
+                         f"{', '.join(registry.assignments())}")
+    known = {p.name for p in registry.problems(opts.assignment)}
+    bad = [n for n in (opts.only or []) if n not in known]
+    if bad:
+        raise ValueError(f"unknown graded function(s) {bad} for "
+                         f"{opts.assignment or 'any assignment'}; known: {sorted(known)}")
+    if opts.isolation:
+        from .isolation import available
+
+        avail = available()
+        if not avail.ok:
+            raise IsolationUnavailable(avail.how)
 
 
 def _preexec(limits: Limits):
@@ -149,11 +133,8 @@ def _preexec(limits: Limits):
         def cap(which, mb):
             if mb is None:
                 return
-            soft, hard = resource.getrlimit(which)
             want = int(mb) << 20
-            if hard != resource.RLIM_INFINITY:
-                want = min(want, hard)
-            resource.setrlimit(which, (want, hard))
+            resource.setrlimit(which, (want, want))
 
         cap(resource.RLIMIT_AS, limits.address_space_mb)
         cap(resource.RLIMIT_FSIZE, limits.output_mb)
@@ -184,159 +165,90 @@ def _kill(proc: subprocess.Popen) -> None:
         pass
 
 
-def _describe_exit(rc: int) -> str:
-    if rc < 0:
-        import signal
-
-        try:
-            name = signal.Signals(-rc).name
-        except ValueError:
-            name = f"signal {-rc}"
-        what = {"SIGSEGV": " (a segmentation fault)", "SIGABRT": " (an abort, e.g. a failed "
-                "allocation inside XLA)", "SIGKILL": " (killed, e.g. out of memory)",
-                "SIGXFSZ": " (it wrote too much output)"}.get(name, "")
-        return f"the Python process died from {name}{what}"
-    return f"the Python process exited with code {rc} (os._exit / sys.exit in the submission?)"
+def tail(path: Path, n: int = 2000) -> str:
+    """The last ``n`` bytes of a log (never the whole file: it may be huge)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - n))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
 
 
 @dataclass
 class _Run:
     records: list = field(default_factory=list)
-    #: why the worker stopped early (None: it finished)
+    #: why the grader stopped early (None: it finished)
     stopped: Optional[str] = None
-    #: 'load' + statement record, or 'function' + name, where it was when it stopped
-    phase: Optional[tuple] = None
-    forged: int = 0
-    log_tail: str = ""
+    #: the function it was grading when it stopped (None: before or between functions)
+    function: Optional[str] = None
     peak_rss_mb: float = 0.0
 
 
-def _run_worker(sub: Path, work: Path, opts: Options, *, only: Optional[list[str]],
-                skip: list[int], deadline: float, log: Path) -> _Run:
+def _run_grader(sub: Path, work: Path, opts: Options, *, only: Optional[list[str]],
+                skip: list[int], deadline: float) -> _Run:
+    from .artifacts import describe_exit
+
     lim = opts.limits
-    key = secrets.token_bytes(32)
-    r_fd, w_fd = os.pipe()
-    cmd = [sys.executable, "-s", "-P", "-m", "autograder.session", str(sub),
-           "--channel-fd", str(w_fd), "--seed", str(opts.seed)]
-    if opts.assignment:
-        cmd += ["--assignment", opts.assignment]
-    if opts.quick:
-        cmd.append("--quick")
-    if not opts.with_speed:
-        cmd.append("--no-speed")
+    cmd = [sys.executable, "-m", "autograder.trusted", str(sub), *opts.argv(),
+           "--log", str(work / "student.log")]
     if only is not None:
         cmd += ["--only", ",".join(only)]
     if skip:
-        cmd += ["--skip", ",".join(str(s) for s in skip)]
-    cmd += ["--statement-timeout", str(lim.statement_s)]
-    cache = work / "jax_cache"
-    if opts.cache_dir and Path(opts.cache_dir).is_dir() and not cache.exists():
-        # A private copy: whatever this submission writes there never reaches another one.
-        shutil.copytree(opts.cache_dir, cache)
-    cmd += ["--cache-dir", str(cache)]
-    home = work / "home"
-    home.mkdir(exist_ok=True)
+        cmd += ["--skip", ",".join(map(str, skip))]
     run = _Run()
-    with open(log, "ab") as logf:
-        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=logf, stderr=subprocess.STDOUT,
-                                cwd=home, env=worker_env(home, work / "pkg"),
-                                start_new_session=True, pass_fds=(w_fd,),
+    with open(work / "grader.log", "ab") as logf:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=logf, cwd=work, start_new_session=True,
                                 preexec_fn=_preexec(lim))
-    os.close(w_fd)
-    try:
-        proc.stdin.write(key.hex().encode() + b"\n")
-        proc.stdin.close()
-    except BrokenPipeError:
-        pass
+    fd = proc.stdout.fileno()
     buf = b""
-    seq = 0
-    phase: Optional[tuple] = ("load", None)
-    phase_deadline = min(deadline, time.monotonic() + lim.load_s)
-    eof = False
-    def handle(line: bytes) -> None:
-        nonlocal seq, phase, phase_deadline
-        body = verify(key, line.decode("utf-8", "replace"), seq)
-        if body is None:
-            run.forged += 1
-            return
-        seq += 1
-        run.records.append(body)
-        kind = body.get("type")
-        if kind == "loading":
-            phase = ("load", body)
-        elif kind in ("plan", "result"):
-            phase = None
-        elif kind == "start":
-            phase = ("function", body["function"])
-            phase_deadline = min(deadline, time.monotonic() + lim.per_function_s)
-
-    def read(timeout: float) -> bool:
-        """Read what is there; False at end of file."""
-        nonlocal buf
-        ready, _, _ = select.select([r_fd], [], [], timeout)
-        if not ready:
-            return True
-        chunk = os.read(r_fd, 1 << 16)
-        buf += chunk
-        while b"\n" in buf:
-            line, buf = buf.split(b"\n", 1)
-            handle(line)
-        return bool(chunk)
-
+    phase_deadline = min(deadline, time.monotonic() + lim.load_s + 60)
     try:
         while True:
-            if not eof:
-                eof = not read(0.2)
-            else:
-                time.sleep(0.05)
-            rc = proc.poll()
-            if rc is not None:
-                try:  # children the submission may have left behind keep the pipe open
-                    os.killpg(proc.pid, 9)
-                except (ProcessLookupError, PermissionError):
-                    pass
-                while not eof and read(0.5):
-                    pass
-                if not any(r.get("type") == "done" for r in run.records):
-                    run.stopped = _describe_exit(rc) if rc != 0 else \
-                        "the grading process stopped early (the submission ended it?)"
+            ready, _, _ = select.select([fd], [], [], 0.2)
+            chunk = os.read(fd, 1 << 16) if ready else b""
+            buf += chunk
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                try:
+                    rec = parse(line, allowed=(Plan, Start, Result, Done))
+                except RecordError:
+                    continue
+                run.records.append(rec)
+                if isinstance(rec, Start):
+                    run.function = rec.function
+                    phase_deadline = min(deadline, time.monotonic() + lim.per_function_s)
+                elif isinstance(rec, Result):
+                    run.function = None
+            if ready and not chunk:
+                rc = proc.wait()
+                if not any(isinstance(r, Done) for r in run.records):
+                    run.stopped = describe_exit(rc) if rc != 0 else \
+                        "the grading process stopped early"
                 break
-            now = time.monotonic()
             if lim.memory_mb:
                 rss = _rss_mb(proc.pid)
                 run.peak_rss_mb = max(run.peak_rss_mb, rss)
                 if rss > lim.memory_mb:
-                    _kill(proc)
-                    run.stopped = (f"it used more than {lim.memory_mb} MB of memory "
+                    run.stopped = (f"its program used more than {lim.memory_mb} MB of memory "
                                    f"({rss:.0f} MB resident) and was stopped")
                     break
+            now = time.monotonic()
             if now > deadline:
-                _kill(proc)
                 run.stopped = "it ran past the time limit for the whole submission and was stopped"
                 break
-            if phase is not None and now > phase_deadline:
-                _kill(proc)
-                if phase[0] == "load":
-                    run.stopped = f"it ran past the {lim.load_s:g} s time limit for loading the submission"
-                else:
-                    run.stopped = f"it ran past the {lim.per_function_s:g} s time limit for one function"
-                run.stopped += " and was stopped"
+            if now > phase_deadline:
+                run.stopped = (f"it ran past the {lim.per_function_s:g} s time limit for one "
+                               "function and was stopped" if run.function else
+                               "loading the submission ran past its time limit")
                 break
     finally:
-        os.close(r_fd)
-        if proc.poll() is None:
-            _kill(proc)
-    run.phase = phase
-    try:
-        data = log.read_bytes()
-        run.log_tail = data[-2000:].decode("utf-8", "replace")
-    except OSError:
-        pass
+        proc.stdout.close()
+        _kill(proc)
     return run
-
-
-# ---------------------------------------------------------------------------------------------
-# one submission
 
 
 def _problems_for(assignment: Optional[str]):
@@ -345,143 +257,124 @@ def _problems_for(assignment: Optional[str]):
     return registry.problems(assignment) if assignment else registry.problems()
 
 
+def _scored(name: str, checks: list[CheckResult]) -> FunctionResult:
+    """A function's result scored with this process's registry: its points, its weights."""
+    from . import registry
+
+    prob = registry.get(name)
+    return FunctionResult(name, float(prob.points), checks, weights=dict(prob.weights))
+
+
 def _zero(prob, why: str, check: str = "numerics") -> FunctionResult:
-    checks = []
-    for n in prob.check_names:
-        if n == check:
-            checks.append(CheckResult(n, False, why))
-        else:
-            checks.append(CheckResult(n, False, f"not checked: {why}"))
-    return FunctionResult(prob.name, float(prob.points), checks, weights=dict(prob.weights))
+    checks = [CheckResult(n, False, why if n == check else f"not checked: {why}")
+              for n in prob.check_names]
+    return _scored(prob.name, checks)
 
 
 def grade_submission(submission: Path, opts: Optional[Options] = None, *,
                      log: Optional[Callable[[str], None]] = None) -> SubmissionResult:
-    """Grade one notebook or .py file in isolated worker processes; never raises for student
-    misbehaviour."""
+    """Grade one notebook or .py file; never raises for student misbehaviour.
+
+    Raises ValueError for an unknown assignment or function name and
+    :class:`IsolationUnavailable` where student code cannot be isolated (unless
+    ``opts.isolation`` is False), before any process starts."""
     from . import registry
 
     opts = opts or Options()
+    check_options(opts)
     lim = opts.limits
     submission = Path(submission).resolve()
     expected = _problems_for(opts.assignment)
     deadline = time.monotonic() + lim.budget(len(expected))
     with tempfile.TemporaryDirectory(prefix="autograde-") as tmp:
         work = Path(tmp)
-        copy_package(work / "pkg")
-        # The submission is copied under a neutral folder named like its own parent (the
-        # assignment, in the nbgrader layout), so its __file__ reveals nothing of the course.
+        # A private copy, named like the original and its folder (the assignment, in the
+        # nbgrader layout): the sandbox sees this file alone.
         subdir = work / "sub" / submission.parent.name
         subdir.mkdir(parents=True)
         sub = subdir / submission.name
         shutil.copyfile(submission, sub)
-        logf = work / "worker.log"
-        plan = None
+        os.chmod(sub, 0o644)
+        for d in (work / "sub", subdir):
+            os.chmod(d, 0o755)
+        plan: Optional[Plan] = None
         notes: list[str] = []
         results: dict[str, FunctionResult] = {}
         skip: list[int] = []
         only: Optional[list[str]] = list(opts.only) if opts.only else None
-        forged = 0
         peak = 0.0
         for attempt in range(lim.max_restarts + 1):
-            run = _run_worker(sub, work, opts, only=only, skip=skip, deadline=deadline, log=logf)
-            forged += run.forged
+            run = _run_grader(sub, work, opts, only=only, skip=skip, deadline=deadline)
             peak = max(peak, run.peak_rss_mb)
             for rec in run.records:
-                t = rec.get("type")
-                if t == "plan" and plan is None:
-                    plan = rec
-                    notes.extend(rec.get("notes", []))
-                elif t == "result":
-                    prob = registry.get(rec["function"])
-                    results[rec["function"]] = FunctionResult(
-                        rec["function"], float(rec["max_score"]),
-                        [CheckResult(**c) for c in rec["checks"]],
-                        weights=rec.get("weights", dict(prob.weights)))
-                elif t == "note":
-                    notes.append(rec["text"])
+                if isinstance(rec, Plan):
+                    skip = list(rec.skip)
+                    if plan is None:
+                        plan = rec
+                        notes.extend(rec.notes)
+                elif isinstance(rec, Result) and rec.function in registry.load_all():
+                    try:
+                        checks = [CheckResult.from_dict(c) for c in rec.checks]
+                    except ValueError as e:
+                        notes.append(f"the grader sent a malformed result ({e})")
+                        continue
+                    results[rec.function] = _scored(rec.function, checks)
             if run.stopped is None:
                 break
             if log is not None:
-                log(run.log_tail)
-            phase = run.phase
-            if phase and phase[0] == "load" and time.monotonic() < deadline:
-                where = phase[1]
-                if where is None:  # before the first statement: nothing to skip
-                    notes.append(f"the grader could not start: {run.stopped}")
-                    break
-                skip.append(int(where["stmt"]))
-                notes.append(f"{where['where']}: skipped, {run.stopped} while this statement "
-                             "was being loaded")
-                continue
-            if phase and phase[0] == "function":
-                name = phase[1]
-                prob = registry.get(name)
-                results[name] = _zero(prob, f"{run.stopped} while grading this function (a loop "
-                                            "that never ends, a crash of the interpreter, or "
-                                            "far too much memory)")
+                log(tail(work / "grader.log"))
+            if run.function is not None:
+                results[run.function] = _zero(
+                    registry.get(run.function), f"{run.stopped} while grading this function "
+                    "(a loop that never ends, a crash, or far too much memory)")
             if plan is None or time.monotonic() >= deadline:
                 if plan is None:
-                    notes.append(f"{run.stopped} before the grading could start")
+                    last = tail(work / "grader.log", 600).strip().splitlines()[-3:]
+                    notes.append(f"{run.stopped} before the grading could start"
+                                 + (f" (grader log: {' / '.join(last)})" if last else ""))
                 break
-            left = [n for n in plan["functions"] if n not in results
+            left = [n for n in plan.functions if n not in results
                     and (not opts.only or n in opts.only)]
             if not left:
                 break
             only = left
         else:
             notes.append("gave up after too many restarts of the grading process")
-        if forged:
-            notes.append(f"{forged} line(s) that were not the grader's own were found on its "
-                         "results channel and ignored")
-        names = plan["functions"] if plan else [p.name for p in expected]
+        names = list(plan.functions) if plan else [p.name for p in expected]
         if opts.only:
             names = [n for n in names if n in opts.only]
-        assignment = (plan or {}).get("assignment") or opts.assignment
-        try:
-            size = logf.stat().st_size
-        except OSError:
-            size = 0
-        if size >= (lim.output_mb << 20) - 4096:
-            notes.append(f"the submission printed more than {lim.output_mb} MB; the rest of its "
-                         "output was refused (writes failed with 'File too large')")
-        functions = {}
-        for n in names:
-            if n in results:
-                functions[n] = results[n]
-            else:
-                functions[n] = _zero(registry.get(n), "not graded: the grading process stopped "
-                                     "before reaching this function")
-    res = SubmissionResult(functions, assignment, notes)
+        assignment = (plan.assignment if plan else None) or opts.assignment
+        if (work / "student.log").exists() and \
+                (work / "student.log").stat().st_size >= (lim.output_mb << 20) - 4096:
+            notes.append(f"the submission printed more than {lim.output_mb} MB; the rest of "
+                         "its output was refused")
+        functions = {n: results.get(n) or _zero(registry.get(n), "not graded: the grading "
+                                                 "process stopped before reaching this function")
+                     for n in names}
+    if not opts.isolation:
+        notes.insert(0, "graded WITHOUT isolation (--no-isolation): the student's code ran "
+                        "unconfined on the grading machine")
+    res = SubmissionResult(functions, assignment, notes, isolated=opts.isolation)
     res.peak_rss_mb = peak  # type: ignore[attr-defined]
     return res
 
 
 def warm_cache(cache_dir: Path, opts: Optional[Options] = None,
                assignments: Optional[list[str]] = None) -> bool:
-    """Compile the jit baselines once into ``cache_dir`` with a trusted worker (no student
-    code), so every submission's worker starts from a warm compilation cache."""
+    """Compile the jit baselines once into the trusted side's ``cache_dir`` (no student code),
+    so every trusted grader starts from a warm compilation cache."""
     opts = opts or Options()
-    cache_dir = Path(cache_dir)
+    cache_dir = Path(cache_dir).resolve()
     cache_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="autograde-warm-") as tmp:
-        work = Path(tmp)
-        copy_package(work / "pkg")
-        home = work / "home"
-        home.mkdir()
-        cmd = [sys.executable, "-s", "-P", "-m", "autograder.session", "--warm",
-               "--cache-dir", str(cache_dir), "--seed", str(opts.seed)]
-        if opts.quick:
-            cmd.append("--quick")
-        if not opts.with_speed:
-            cmd.append("--no-speed")
-        for a in assignments or []:
-            cmd += ["--warm-assignment", a]
-        try:
-            rc = subprocess.run(cmd, cwd=home, env=worker_env(home, work / "pkg"),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                stdin=subprocess.DEVNULL, timeout=600,
-                                preexec_fn=_preexec(opts.limits)).returncode
-        except subprocess.TimeoutExpired:
-            return False
+    cmd = [sys.executable, "-m", "autograder.trusted", "--cache-dir", str(cache_dir)]
+    for a in assignments or ["all"]:
+        cmd += ["--warm", a]
+    if not opts.with_speed:
+        cmd.append("--no-speed")
+    try:
+        rc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            stdin=subprocess.DEVNULL, timeout=600,
+                            preexec_fn=_preexec(opts.limits)).returncode
+    except subprocess.TimeoutExpired:
+        return False
     return rc == 0

@@ -78,12 +78,12 @@ def test_cases_fit_the_mesh(layout):
             assert a.shape[0] % x == 0 and a.shape[1] % y == 0 and w.shape[2] % y == 0
             assert w.shape[0] % x == 0 and b.dtype == np.int32
             assert b.min() >= 0 and b.max() < w.shape[0] and b.shape[0] == a.shape[0]
-    edges = ref.moe_edge_cases(x, y)
+    edges = ref.moe_edge_cases(np.random.default_rng(0), x, y)
     es = [w.shape[0] for _, _, w in edges]
     assert x in es and 3 * x in es  # E == X and several experts per X-group
     assert any(len(np.unique(b)) == 1 for _, b, _ in edges)  # all tokens to one expert
     assert sum(len(np.unique(b)) < w.shape[0] for _, b, w in edges) >= 2  # empty experts
-    ks = {b.shape[1] for _, b, _ in ref.moe_topk_edge_cases(x, y)}
+    ks = {b.shape[1] for _, b, _ in ref.moe_topk_edge_cases(np.random.default_rng(0), x, y)}
     assert 1 in ks and max(ks) > 1
 
 

@@ -40,6 +40,8 @@ c.CourseDirectory.course_id = "jax-scaling-demo"
 c.CourseDirectory.db_url = "sqlite:///" + os.path.join(c.CourseDirectory.root, "gradebook.db")
 c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", ".pytest_cache"]
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\\nraise NotImplementedError()"}
+from autograder.nbgrader_plugin import configure
+configure(c)
 c.Execute.timeout = 900
 c.Execute.allow_errors = True
 '''

@@ -1,8 +1,6 @@
 """Registry entries for ps2_moe: mixture-of-experts routing (Problem 2)."""
 from __future__ import annotations
 
-import re
-
 import jax
 from jax.sharding import PartitionSpec as P
 
@@ -49,19 +47,11 @@ BUFFERS_SPEED = {"tpu_model": 3.0}
 
 # -- structure rules -------------------------------------------------------------------------
 
-_BINDER = re.compile(r"\w+:([a-z]+\d*)\[([\d,\s]*)\]")
-
-
 def input_shapes(prog) -> list[tuple[str, tuple[int, ...]]]:
-    """(dtype, shape) of the traced function's arguments, read from its jaxpr's binders.
-
-    The printed jaxpr lists nested jaxprs first (``let name = { lambda ...``); the traced
-    function's own one starts a line with ``{ lambda``."""
-    m = re.search(r"^\{\s*lambda\s*[^;]*;(.*?)\.\s*let", prog.jaxpr_text, re.S | re.M)
-    if not m:
-        return []
-    return [(dt, tuple(int(v) for v in dims.split(",") if v.strip()))
-            for dt, dims in _BINDER.findall(m.group(1))]
+    """(dtype, shape) of the traced function's array arguments (global view), from the
+    program's argument list (a jaxpr's binders or a StableHLO module's ``@main``)."""
+    return [(dt, tuple(int(d) for d in shape))
+            for dt, (shape, _) in zip(prog.arg_dtypes, prog.arg_info)]
 
 
 def _activation_bytes(prog, mesh):

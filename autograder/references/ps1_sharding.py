@@ -39,9 +39,8 @@ def roll_diff_case(rng, x, y, size):
     return (a, int(rng.integers(-2 * block - 1, 2 * block + 2)))
 
 
-def roll_diff_edge_cases(x, y):
+def roll_diff_edge_cases(rng, x, y):
     """Shifts that catch slicing mistakes: none, negative, a whole block, beyond a block."""
-    rng = np.random.default_rng([x, y, 7])
     a = activations(rng, x, y, "grade")
     block = a.shape[0] // x
     return [(a, s) for s in sorted({0, -1, block, block + 1, -(3 * block + 1)})]

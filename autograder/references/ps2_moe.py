@@ -117,15 +117,13 @@ def moe_local_case(rng, x, y, size):
 # -- edge cases ----------------------------------------------------------------------------------
 
 def _edge_shapes(x, y):
-    rng = np.random.default_rng([x, y, 2])
-    s, d, f = 4 * x, 8 * y, 2 * y
-    return rng, s, d, f
+    return 4 * x, 8 * y, 2 * y
 
 
-def moe_edge_cases(x, y):
+def moe_edge_cases(rng, x, y):
     """All tokens to the first / the last expert, E == X and E == 3X, empty experts, and every
     X-group's tokens sent to the next group (the most rounds a chunked exchange can need)."""
-    rng, s, d, f = _edge_shapes(x, y)
+    s, d, f = _edge_shapes(x, y)
     out = []
     for e, b in ((x, np.zeros(s)), (3 * x, np.full(s, 3 * x - 1)),
                  (3 * x, 3 * ((np.arange(s) // (s // x) + 1) % x)),
@@ -135,10 +133,10 @@ def moe_edge_cases(x, y):
     return out
 
 
-def moe_topk_edge_cases(x, y):
+def moe_topk_edge_cases(rng, x, y):
     """k = 1; every token's k choices equal (a sum would be k times too big); all to one expert;
     k larger than E."""
-    rng, s, d, f = _edge_shapes(x, y)
+    s, d, f = _edge_shapes(x, y)
     out = []
     e = 2 * x
     a, w = _weights(rng, (s, d), e, f)
@@ -152,9 +150,8 @@ def moe_topk_edge_cases(x, y):
     return out
 
 
-def moe_local_edge_cases(x, y):
+def moe_local_edge_cases(rng, x, y):
     """A single expert, all tokens to the last expert, most experts empty, one token."""
-    rng = np.random.default_rng([5, 1])
     out = []
     for s, e, b in ((16, 1, np.zeros(16)), (24, 5, np.full(24, 4)),
                     (32, 6, rng.choice([0, 3], size=32)), (1, 3, np.array([2]))):

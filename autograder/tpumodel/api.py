@@ -109,8 +109,13 @@ def _problem(problem):
     return problem
 
 
-def compare(problem, fn, mesh, args, *, chip=None) -> tuple[Modeled, Modeled]:
-    """(student, baseline) models for a registry problem on placed ``args``."""
+def compare(problem, fn, mesh, args, *, chip=None,
+            program=False) -> tuple[Modeled, Modeled]:
+    """(student, baseline) models for a registry problem on placed ``args``.
+
+    ``fn`` is the student's function (called with the mesh and the static values), or, with
+    ``program=True``, an already bound program of the array arguments alone (the grader passes
+    a deserialized ``jax.export`` artifact's ``call``)."""
     from jax.sharding import NamedSharding
 
     problem = _problem(problem)
@@ -118,8 +123,12 @@ def compare(problem, fn, mesh, args, *, chip=None) -> tuple[Modeled, Modeled]:
         raise ModelError(f"{problem.name} has no jit baseline to compare with")
     bind = (lambda f: functools.partial(f, mesh=mesh)) if problem.uses_mesh else (lambda f: f)
     geo_mesh = mesh if problem.uses_mesh else None
-    st = model_function(bind(fn), args, geo_mesh, chip=chip,
-                        static_argnums=problem.static_argnums, name="student")
+    if program:
+        dynamic = [a for a, s in zip(args, problem.in_specs, strict=True) if s is not None]
+        st = model_function(fn, dynamic, geo_mesh, chip=chip, name="student")
+    else:
+        st = model_function(bind(fn), args, geo_mesh, chip=chip,
+                            static_argnums=problem.static_argnums, name="student")
     outs = NamedSharding(mesh, problem.out_spec) if problem.uses_mesh else None
     base = model_function(bind(problem.baseline), args, geo_mesh, chip=chip,
                           static_argnums=problem.static_argnums, out_shardings=outs,
@@ -131,14 +140,14 @@ def modeled_threshold(problem) -> float:
     return problem.threshold("tpu_model")
 
 
-def grading_modeler(problem, fn, mesh, args, *, chip=None) -> dict:
+def grading_modeler(problem, fn, mesh, args, *, chip=None, program=False) -> dict:
     """The ``modeler`` hook of :func:`autograder.grading.grade_function`.
 
     Returns ``{'chip', 'student_us', 'baseline_us', 'ratio', 'threshold'}``, or
     ``{'note': ...}`` when the program cannot be modeled (the check then uses wall-clock).
     """
     try:
-        st, base = compare(problem, fn, mesh, args, chip=chip)
+        st, base = compare(problem, fn, mesh, args, chip=chip, program=program)
     except ModelError as e:
         return {"note": f"the TPU model could not handle this program ({e}); judged on "
                         "wall-clock instead"}

@@ -1,0 +1,145 @@
+"""The trusted grader: one submission, graded from the programs its worker exports.
+
+    python -m autograder.trusted SUBMISSION [--assignment ID] [--only f,g] [--seed N]
+        [--quick] [--no-speed] [--no-isolation] [--skip 3,7] [--cache-dir DIR]
+
+Started by the supervisor (:mod:`autograder.sandbox`), which reads its records
+(:mod:`autograder.records`: ``plan``, ``start``, ``result``, ``done``) from stdout and enforces
+the time and memory limits. This process never imports or calls student code: it starts the
+untrusted worker in its sandbox (:class:`~autograder.artifacts.SandboxExporter`), asks it for
+programs, and checks, compiles, runs and measures those programs itself, with inputs drawn from
+a secret seed after the programs have arrived, weights and thresholds from its own registry.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+
+def choose_problems(assignment: str | None, defined: list[str], path: Path):
+    """The assignment and its problems: as given, or read from the file's name, or from the
+    functions it defines."""
+    from . import registry
+
+    if assignment:
+        return assignment, registry.problems(assignment)
+    for a in registry.assignments():
+        if a in path.stem or a in path.parent.name:
+            return a, registry.problems(a)
+    hit = [a for a in registry.assignments()
+           if any(p.name in defined for p in registry.problems(a))]
+    if len(hit) == 1:
+        return hit[0], registry.problems(hit[0])
+    chosen = hit or registry.assignments()
+    return None, [p for a in chosen for p in registry.problems(a)]
+
+
+def enable_cache(cache_dir: str | None) -> None:
+    """JAX's persistent compilation cache, the trusted side's alone."""
+    if not cache_dir:
+        return
+    import jax
+
+    jax.config.update("jax_compilation_cache_dir", str(cache_dir))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+def warm(assignments: list[str], *, with_speed: bool) -> None:
+    """Compile every jit baseline at the sizes the memory and speed checks use."""
+    from . import grading, registry
+
+    for p in registry.problems():
+        if (assignments and p.assignment not in assignments) or p.baseline is None:
+            continue
+        plan = grading.Plan(p, 0, False, True, grading.current_platform())
+        sizes = (["memory"] if p.memory_bound is not None else []) + (
+            ["speed"] if with_speed else [])
+        for size in sizes:
+            layout, case = plan.big(size)
+            mesh = grading.make_mesh(*layout)
+            args = grading._place(p, case, mesh)
+            grading.compile_for(p, p.baseline, mesh, args, baseline=True)
+
+
+def run(a, send) -> None:
+    from . import grading, registry
+    from .artifacts import SandboxExporter
+    from .records import Done, Plan, Result, Start
+
+    from .isolation import SandboxLimits
+
+    work = Path(a.submission).resolve()
+    limits = SandboxLimits(file_size_mb=a.output_mb, memory_mb=a.memory_mb, **(
+        {"address_space_mb": a.address_space_mb} if a.address_space_mb else {}))
+    exporter = SandboxExporter(work, isolated=not a.no_isolation,
+                               statement_s=a.statement_timeout, load_s=a.load_timeout,
+                               log=Path(a.log) if a.log else None, limits=limits)
+    exporter.skip = [int(s) for s in a.skip.split(",") if s.strip()]
+    exporter.start()
+    try:
+        assignment, probs = choose_problems(a.assignment, exporter.defined, work)
+        if a.only:
+            only = set(a.only.split(","))
+            probs = [p for p in probs if p.name in only]
+        send(Plan(assignment, [p.name for p in probs], list(exporter.notes), exporter.skip))
+        for p in probs:
+            send(Start(p.name))
+            source = exporter if p.name in exporter.defined else None
+            r = grading.grade_function(p, source, seed=a.seed, quick=a.quick,
+                                       with_speed=not a.no_speed,
+                                       export_timeout=a.export_timeout)
+            send(Result(p.name, [c.to_dict() for c in r.checks]))
+        send(Done())
+    finally:
+        exporter.close()
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m autograder.trusted")
+    ap.add_argument("submission", nargs="?")
+    ap.add_argument("--assignment")
+    ap.add_argument("--only", help="comma-separated functions to grade")
+    ap.add_argument("--seed", type=int, default=None, help="default: a fresh secret seed")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--no-speed", action="store_true")
+    ap.add_argument("--no-isolation", action="store_true")
+    ap.add_argument("--skip", default="")
+    ap.add_argument("--statement-timeout", type=float, default=20.0)
+    ap.add_argument("--load-timeout", type=float, default=120.0)
+    ap.add_argument("--export-timeout", type=float, default=120.0)
+    ap.add_argument("--output-mb", type=int, default=32,
+                    help="largest file the student's code may write (its log included)")
+    ap.add_argument("--address-space-mb", type=int, default=None)
+    ap.add_argument("--memory-mb", type=int, default=6144,
+                    help="resident memory of the student's sandbox, all processes together")
+    ap.add_argument("--log", help="the untrusted worker's output goes here")
+    ap.add_argument("--cache-dir")
+    ap.add_argument("--warm", action="append", default=None, metavar="ASSIGNMENT",
+                    help="only compile the baselines (of these assignments; 'all' for every one)")
+    a = ap.parse_args(argv)
+    out = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+
+    def send(record) -> None:
+        out.write(record.to_line())
+        out.flush()
+
+    from .devices import setup_devices
+
+    setup_devices()
+    enable_cache(a.cache_dir)
+    if a.warm is not None:
+        warm([w for w in a.warm if w != "all"], with_speed=not a.no_speed)
+        return 0
+    if not a.submission:
+        ap.error("a submission is required")
+    run(a, send)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
