@@ -265,7 +265,7 @@ def _is_plain_assign(node: ast.stmt) -> bool:
     return False
 
 
-def _kept_statements(chunks, notes) -> list[tuple[str, ast.stmt]]:
+def _kept_statements(chunks, notes, keep_names=frozenset()) -> list[tuple[str, ast.stmt]]:
     kept = []
     for label, code in chunks:
         try:
@@ -277,7 +277,7 @@ def _kept_statements(chunks, notes) -> list[tuple[str, ast.stmt]]:
         for node in tree.body:
             if isinstance(node, _KEEP) or _is_plain_assign(node):
                 kept.append((label, node))
-    return _needed(kept)
+    return _needed(kept, keep_names)
 
 
 def _loads(node: ast.AST) -> set[str]:
@@ -290,14 +290,17 @@ def _targets(node: ast.stmt) -> set[str]:
     return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
 
 
-def _needed(kept: list[tuple[str, ast.stmt]]) -> list[tuple[str, ast.stmt]]:
+def _needed(kept: list[tuple[str, ast.stmt]],
+            keep_names=frozenset()) -> list[tuple[str, ast.stmt]]:
     """Imports and definitions, plus only the assignments some definition depends on.
 
     A notebook's ``out = f(A, mesh)`` demo is not needed to grade ``f``; a module constant a
-    function reads (``BLOCK = 128``) is, with whatever that constant is computed from.
+    function reads (``BLOCK = 128``) is, with whatever that constant is computed from. A graded
+    function bound by assignment (``roll_diff = jax.jit(_roll)``; names in ``keep_names``) is
+    kept like a definition.
     """
     assigns = [(label, node) for label, node in kept if _is_plain_assign(node)]
-    need: set[str] = set()
+    need: set[str] = set(keep_names)
     for _, node in kept:
         if not _is_plain_assign(node):
             need |= _loads(node)
@@ -315,13 +318,14 @@ def _needed(kept: list[tuple[str, ast.stmt]]) -> list[tuple[str, ast.stmt]]:
 
 def load(path: str | Path, *, statement_timeout: float = 20.0, total_timeout: float = 90.0,
          module_name: str = "submission", builtins_dict: dict | None = None,
-         skip=frozenset(), on_statement=None) -> Loaded:
+         skip=frozenset(), on_statement=None, keep_names=frozenset()) -> Loaded:
     """Load a submission's definitions into a fresh module namespace.
 
     ``builtins_dict`` becomes the module's ``__builtins__`` (the grader passes one whose
     ``__import__`` refuses its own packages); statements whose index is in ``skip`` are not run
     (they hung or crashed an earlier worker); ``on_statement(index, where)`` is called before
-    each statement runs, so a parent process knows which one to blame for a crash.
+    each statement runs, so a parent process knows which one to blame for a crash;
+    assignments to ``keep_names`` (the graded functions' names) are always run.
     """
     path = Path(path)
     notes: list[str] = []
@@ -332,7 +336,7 @@ def load(path: str | Path, *, statement_timeout: float = 20.0, total_timeout: fl
     if builtins_dict is not None:
         ns["__builtins__"] = builtins_dict
     deadline = time.monotonic() + total_timeout
-    for index, (label, node) in enumerate(_kept_statements(chunks, notes)):
+    for index, (label, node) in enumerate(_kept_statements(chunks, notes, keep_names)):
         where = f"{label} line {node.lineno}"
         if index in skip:
             continue
@@ -684,15 +688,13 @@ def moe_local_case(rng, x, y, size):
 # -- edge cases ----------------------------------------------------------------------------------
 
 def _edge_shapes(x, y):
-    rng = np.random.default_rng([x, y, 2])
-    s, d, f = 4 * x, 8 * y, 2 * y
-    return rng, s, d, f
+    return 4 * x, 8 * y, 2 * y
 
 
-def moe_edge_cases(x, y):
+def moe_edge_cases(rng, x, y):
     """All tokens to the first / the last expert, E == X and E == 3X, empty experts, and every
     X-group's tokens sent to the next group (the most rounds a chunked exchange can need)."""
-    rng, s, d, f = _edge_shapes(x, y)
+    s, d, f = _edge_shapes(x, y)
     out = []
     for e, b in ((x, np.zeros(s)), (3 * x, np.full(s, 3 * x - 1)),
                  (3 * x, 3 * ((np.arange(s) // (s // x) + 1) % x)),
@@ -702,10 +704,10 @@ def moe_edge_cases(x, y):
     return out
 
 
-def moe_topk_edge_cases(x, y):
+def moe_topk_edge_cases(rng, x, y):
     """k = 1; every token's k choices equal (a sum would be k times too big); all to one expert;
     k larger than E."""
-    rng, s, d, f = _edge_shapes(x, y)
+    s, d, f = _edge_shapes(x, y)
     out = []
     e = 2 * x
     a, w = _weights(rng, (s, d), e, f)
@@ -719,9 +721,8 @@ def moe_topk_edge_cases(x, y):
     return out
 
 
-def moe_local_edge_cases(x, y):
+def moe_local_edge_cases(rng, x, y):
     """A single expert, all tokens to the last expert, most experts empty, one token."""
-    rng = np.random.default_rng([5, 1])
     out = []
     for s, e, b in ((16, 1, np.zeros(16)), (24, 5, np.full(24, 4)),
                     (32, 6, rng.choice([0, 3], size=32)), (1, 3, np.array([2]))):
