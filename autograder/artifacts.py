@@ -96,26 +96,36 @@ class Exporter(Protocol):
 
 
 class LocalExporter:
-    """Exports functions of this process (the package's own tests; trusted code only)."""
+    """Exports functions of this process (the package's own tests; trusted code only).
 
-    def __init__(self, functions: dict):
+    Each export runs under a per-request time limit (a Python loop that never ends at trace
+    time); after one times out the function's other requests fail the same way."""
+
+    def __init__(self, functions: dict, per_request_s: float | None = None):
         self.functions = functions
+        self.per_request_s = per_request_s
 
     @classmethod
-    def of(cls, name: str, fn) -> "LocalExporter":
-        return cls({name: fn} if callable(fn) else {})
+    def of(cls, name: str, fn, per_request_s: float | None = None) -> "LocalExporter":
+        return cls({name: fn} if callable(fn) else {}, per_request_s)
 
     def export(self, requests, timeout=None):
+        from .loader import time_limit
         from .meshes import make_mesh
 
-        out = {}
+        out, hung = {}, None
         for r in requests:
             fn = self.functions.get(r.function)
             if not callable(fn):
                 out[r.id] = ExportReply.of(r.id, error=f"function {r.function!r} not found in "
                                            "the submission")
+            elif hung is not None:
+                out[r.id] = ExportReply.of(r.id, error=hung)
             else:
-                out[r.id] = export_one(fn, r, make_mesh)
+                with time_limit(self.per_request_s or timeout):
+                    out[r.id] = export_one(fn, r, make_mesh)
+                if out[r.id].error and "timed out after" in out[r.id].error:
+                    hung = out[r.id].error
         return out
 
 
@@ -149,6 +159,9 @@ class SandboxExporter:
         self.defined: list[str] = []
         self.box = None
         self._buf = b""
+        #: requests sent and not answered yet; replies that came before they were asked for
+        self.pending: dict[int, ExportRequest] = {}
+        self.replies: dict[int, ExportReply] = {}
 
     # -- process ---------------------------------------------------------------------------
     def _spawn(self):
@@ -194,11 +207,17 @@ class SandboxExporter:
                 self._buf += chunk
 
     # -- loading ---------------------------------------------------------------------------
+    def launch(self) -> None:
+        """Start the worker now (it loads while this process imports JAX); :meth:`start`
+        then waits for it."""
+        self._spawn()
+
     def start(self) -> None:
         """Load the submission, skipping statements that hang or crash the worker."""
         deadline = time.monotonic() + self.load_s
         while True:
-            self._spawn()
+            if self.box is None:
+                self._spawn()
             where = None
             try:
                 for line in self._lines(deadline):
@@ -214,57 +233,74 @@ class SandboxExporter:
                     return
             except WorkerStopped as e:
                 self.box.kill()
+                self.box = None
                 if where is None or time.monotonic() >= deadline:
                     why = (f"ran past the {self.load_s:g} s limit for loading"
                            if e.phase[0] == "timeout" else e.why)
                     self.notes.append(f"the submission could not be loaded: {why}")
                     self.defined = []
-                    self._spawn_empty()
                     return
                 self.skip.append(where.stmt)
                 why = "it ran too long" if e.phase[0] == "timeout" else e.why
                 self.notes.append(f"{where.where}: skipped, {why} while this statement was "
                                   "being loaded")
 
-    def _spawn_empty(self) -> None:
-        self.box = None
-
     # -- programs --------------------------------------------------------------------------
-    def export(self, requests, timeout=120.0):
+    def submit(self, requests) -> None:
+        """Send requests now (the worker exports while this side compiles earlier ones)."""
         if self.box is None:
-            return {r.id: ExportReply.of(r.id, error="the submission could not be loaded")
-                    for r in requests}
+            return
         try:
             for r in requests:
-                self.box.proc.stdin.write(r.to_line().encode())
+                if r.id not in self.pending:
+                    self.pending[r.id] = r
+                    self.box.proc.stdin.write(r.to_line().encode())
             self.box.proc.stdin.flush()
         except (BrokenPipeError, OSError):
             pass
+
+    def export(self, requests, timeout=120.0):
+        """Replies for ``requests`` (sent now unless :meth:`submit` sent them already)."""
+        if self.box is None:
+            return {r.id: ExportReply.of(r.id, error="the submission could not be loaded")
+                    for r in requests}
+        self.submit(requests)
         want = {r.id for r in requests}
-        out: dict[int, ExportReply] = {}
+        out = {i: self.replies.pop(i) for i in list(want) if i in self.replies}
         try:
-            for line in self._lines(time.monotonic() + timeout):
-                try:
-                    rec = parse(line, allowed=(ExportReply,))
-                except RecordError:
-                    continue
-                if rec.id in want and rec.id not in out:
-                    out[rec.id] = rec
-                if len(out) == len(want):
-                    break
+            if len(out) < len(want):
+                for line in self._lines(time.monotonic() + timeout):
+                    try:
+                        rec = parse(line, allowed=(ExportReply,))
+                    except RecordError:
+                        continue
+                    if rec.id not in self.pending:
+                        continue
+                    del self.pending[rec.id]
+                    if rec.id in want:
+                        out[rec.id] = rec
+                    else:
+                        self.replies[rec.id] = rec
+                    if len(out) == len(want):
+                        break
         except WorkerStopped as e:
             why = (f"it ran past the {timeout:g} s time limit for tracing and exporting the "
                    "function (a loop that never ends at trace time?)" if e.phase[0] == "timeout" else
                    f"the worker tracing it stopped: {e.why}")
             for r in requests:
                 out.setdefault(r.id, ExportReply.of(r.id, error=why))
+                self.pending.pop(r.id, None)
+            later = list(self.pending.values())
             self.box.kill()
             self.start_again()
+            self.pending = {}
+            self.submit(later)
         return out
 
     def start_again(self) -> None:
         """A fresh worker after a hang or crash (the loading notes are not repeated)."""
         notes = list(self.notes)
+        self.box = None
         self.start()
         self.notes = notes
 

@@ -78,7 +78,7 @@ def export_one(fn, request: ExportRequest, mesh_for) -> ExportReply:
     try:
         mesh = None if request.layout is None else mesh_for(*request.layout)
         dynamic, static = abstract_args(request, mesh)
-        jitted = jax.jit(bind(fn, request, mesh, static))
+        jitted = jax.jit(bind(fn, request, mesh, static), keep_unused=True)
         exported = jax.export.export(jitted, platforms=[request.platform])(*dynamic)
         return ExportReply.of(request.id, exported.serialize())
     except Exception as e:  # noqa: BLE001 - any student failure becomes a message

@@ -128,6 +128,8 @@ class Plan:
     quick: bool
     with_big: bool
     platform: str
+    #: request ids start here (one exporter serves every function of a submission)
+    id_base: int = 0
     #: (layout, case index) -> signature; cases are rebuilt from the seed by :meth:`cases`
     requests: dict = field(default_factory=dict)  # signature key -> ExportRequest
 
@@ -159,8 +161,8 @@ class Plan:
     def request(self, layout, case: Case) -> ExportRequest:
         key = (tuple(layout), _signature(self.problem, case))
         if key not in self.requests:
-            self.requests[key] = request_for(self.problem, case, layout, len(self.requests),
-                                             self.platform)
+            self.requests[key] = request_for(self.problem, case, layout,
+                                             self.id_base + len(self.requests), self.platform)
         return self.requests[key]
 
     def all_requests(self) -> list[ExportRequest]:
@@ -296,9 +298,18 @@ def fresh_seed() -> int:
     return secrets.randbits(63)
 
 
+def plan_for(problem: Problem, *, seed: int | None = None, quick: bool = False,
+             with_speed: bool = True, id_base: int = 0) -> Plan:
+    """The cases ``problem`` is graded on, from ``seed`` (None: a fresh secret one)."""
+    return Plan(problem, fresh_seed() if seed is None else seed, quick,
+                with_big=problem.memory_bound is not None or (
+                    with_speed and problem.baseline is not None),
+                platform=current_platform(), id_base=id_base)
+
+
 def grade_function(problem: Problem, source, *, seed: int | None = None, quick: bool = False,
                    with_speed: bool = True, modeler: Optional[Callable] = None,
-                   export_timeout: float = 120.0) -> FunctionResult:
+                   export_timeout: float = 120.0, plan: Optional[Plan] = None) -> FunctionResult:
     """Grade one function from the programs ``source`` exports.
 
     ``source`` is an :class:`~autograder.artifacts.Exporter` (the sandboxed worker), or, for
@@ -312,11 +323,9 @@ def grade_function(problem: Problem, source, *, seed: int | None = None, quick: 
         res.checks = [_skipped(n, why) if n != "numerics" else failed(n, why)
                       for n in problem.check_names]
         return res
-    exporter = source if hasattr(source, "export") else LocalExporter.of(problem.name, source)
-    plan = Plan(problem, fresh_seed() if seed is None else seed, quick,
-                with_big=problem.memory_bound is not None or (
-                    with_speed and problem.baseline is not None),
-                platform=current_platform())
+    exporter = source if hasattr(source, "export") else \
+        LocalExporter.of(problem.name, source, per_request_s=CALL_TIMEOUT)
+    plan = plan or plan_for(problem, seed=seed, quick=quick, with_speed=with_speed)
     requests = plan.all_requests()
     replies = exporter.export(requests, export_timeout)
     programs = Programs(plan, replies)

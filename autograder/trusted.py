@@ -64,20 +64,26 @@ def warm(assignments: list[str], *, with_speed: bool) -> None:
             grading.compile_for(p, p.baseline, mesh, args, baseline=True)
 
 
-def run(a, send) -> None:
-    from . import grading, registry
+def exporter_for(a):
+    """The sandboxed worker for this submission (started, not yet waited for)."""
     from .artifacts import SandboxExporter
-    from .records import Done, Plan, Result, Start
-
     from .isolation import SandboxLimits
 
-    work = Path(a.submission).resolve()
     limits = SandboxLimits(file_size_mb=a.output_mb, memory_mb=a.memory_mb, **(
         {"address_space_mb": a.address_space_mb} if a.address_space_mb else {}))
-    exporter = SandboxExporter(work, isolated=not a.no_isolation,
+    exporter = SandboxExporter(Path(a.submission).resolve(), isolated=not a.no_isolation,
                                statement_s=a.statement_timeout, load_s=a.load_timeout,
                                log=Path(a.log) if a.log else None, limits=limits)
     exporter.skip = [int(s) for s in a.skip.split(",") if s.strip()]
+    exporter.launch()
+    return exporter
+
+
+def run(a, send, exporter) -> None:
+    from . import grading
+    from .records import Done, Plan, Result, Start
+
+    work = Path(a.submission).resolve()
     exporter.start()
     try:
         assignment, probs = choose_problems(a.assignment, exporter.defined, work)
@@ -85,12 +91,21 @@ def run(a, send) -> None:
             only = set(a.only.split(","))
             probs = [p for p in probs if p.name in only]
         send(Plan(assignment, [p.name for p in probs], list(exporter.notes), exporter.skip))
+        plans, base = [], 0
         for p in probs:
+            plans.append(grading.plan_for(p, seed=a.seed, quick=a.quick,
+                                          with_speed=not a.no_speed, id_base=base))
+            base += 10_000
+        defined = [p.name in exporter.defined for p in probs]
+        for i, (p, plan) in enumerate(zip(probs, plans, strict=True)):
             send(Start(p.name))
-            source = exporter if p.name in exporter.defined else None
-            r = grading.grade_function(p, source, seed=a.seed, quick=a.quick,
-                                       with_speed=not a.no_speed,
-                                       export_timeout=a.export_timeout)
+            if defined[i]:
+                exporter.submit(plan.all_requests())
+            if i + 1 < len(probs) and defined[i + 1]:
+                exporter.submit(plans[i + 1].all_requests())  # exported while this one runs
+            r = grading.grade_function(p, exporter if defined[i] else None, plan=plan,
+                                       export_timeout=a.export_timeout,
+                                       with_speed=not a.no_speed)
             send(Result(p.name, [c.to_dict() for c in r.checks]))
         send(Done())
     finally:
@@ -128,6 +143,9 @@ def main(argv=None) -> int:
         out.write(record.to_line())
         out.flush()
 
+    if a.warm is None and not a.submission:
+        ap.error("a submission is required")
+    exporter = exporter_for(a) if a.warm is None else None  # it loads while JAX starts here
     from .devices import setup_devices
 
     setup_devices()
@@ -135,9 +153,7 @@ def main(argv=None) -> int:
     if a.warm is not None:
         warm([w for w in a.warm if w != "all"], with_speed=not a.no_speed)
         return 0
-    if not a.submission:
-        ap.error("a submission is required")
-    run(a, send)
+    run(a, send, exporter)
     return 0
 
 

@@ -23,11 +23,15 @@ EXPECTED = {
     "dave": {"shard_average_jit": 0.0, "shard_average_shard_map": 0.0, "roll_diff": 4.0},
     "erin": {"shard_average_jit": 0.0, "shard_average_shard_map": 0.0, "roll_diff": 0.0},
     "frank": {"shard_average_jit": 0.0, "shard_average_shard_map": 0.0, "roll_diff": 0.0},
-    "grace": {"shard_average_jit": 0.0, "shard_average_shard_map": 0.0, "roll_diff": 0.0},
-    "heidi": {"shard_average_jit": 0.0, "shard_average_shard_map": 0.0, "roll_diff": 0.0},
+    # imports the public grader's jit baseline as her shard_map answer: it is global-view code,
+    # so it earns what that code earns (numerics and sharding, not structure)
+    "grace": {"shard_average_jit": 0.0, "shard_average_shard_map": 2.2941, "roll_diff": 0.0},
+    # froze the clocks in her own sandbox: her (correct) programs are timed by the grader
+    "heidi": FULL,
     "ivan": {"shard_average_jit": 3.0, "shard_average_shard_map": 3.0, "roll_diff": 0.0},
     "judy": FULL,
-    "ken": {"shard_average_jit": 0.0, "shard_average_shard_map": 0.0, "roll_diff": 4.0},
+    # patched jax.numpy in his own sandbox while tracing a correct average
+    "ken": {"shard_average_jit": 3.0, "shard_average_shard_map": 0.0, "roll_diff": 4.0},
 }
 
 
@@ -91,18 +95,15 @@ def test_reasons(graded):
     assert "File too large" in _failed(r["frank"], "shard_average_shard_map", "numerics")
     assert any("printed more than" in n for n in r["frank"]["notes"])
     assert "AlwaysEqual" in _failed(r["frank"], "roll_diff", "numerics")
-    # the course's solutions and the grader cannot be imported; memory blow-up is an error
+    # the course's solutions are not in the sandbox; a memory blow-up is an error
     notes = " ".join(r["grace"]["notes"])
-    assert "'solutions.ps1_sharding' is not allowed" in notes
-    assert "'autograder.problems.ps1_sharding' is not allowed" in notes
+    assert "No module named 'solutions'" in notes
     assert "not found" in _failed(r["grace"], "shard_average_jit", "numerics")
+    assert "expected the function to use jax.shard_map" in _failed(
+        r["grace"], "shard_average_shard_map", "structure")
     assert "MemoryError" in _failed(r["grace"], "roll_diff", "numerics")
-    # tampering: frozen clocks at import, patched grader / jax.numpy at trace time
-    for fn in FULL:
-        assert "time.perf_counter was replaced" in _failed(r["heidi"], fn, "integrity")
-    assert "compare_values was replaced" in _failed(r["ivan"], "roll_diff", "integrity")
-    assert "jax.numpy.allclose was replaced" in _failed(r["ken"], "shard_average_jit",
-                                                         "integrity")
+    # tampering in the student's own process changes nothing the grader computes
+    assert "values differ" in _failed(r["ivan"], "roll_diff", "numerics")
     assert "not found" in _failed(r["ken"], "shard_average_shard_map", "numerics")
 
 
@@ -119,7 +120,6 @@ def test_load_problems_cost_only_the_statement(graded):
 def test_forged_results_change_nothing(graded):
     _, r = graded
     assert r["judy"]["score"] == 10.0
-    assert any("not the grader's own" in n for n in r["judy"]["notes"])
 
 
 def test_csv_and_reports(graded):

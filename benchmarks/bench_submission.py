@@ -1,0 +1,51 @@
+"""How long one complete correct submission takes to grade, through the trusted pipeline.
+
+    python benchmarks/bench_submission.py [--runs 1] [--no-speed] [--no-isolation]
+
+Grades the reference answers of every assignment (``solutions/<assignment>.py``) exactly as
+``python -m autograder grade`` does (a supervisor, the trusted grader, the sandboxed worker), one
+assignment after the other, and prints the seconds per assignment and in all. Every check must
+pass; the script exits non-zero otherwise. The target (trusted-grading issue): a complete
+submission in at most 50 s on an idle 2-core machine.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from autograder import registry  # noqa: E402
+from autograder.cli import grade_path  # noqa: E402
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--no-speed", action="store_true")
+    ap.add_argument("--no-isolation", action="store_true")
+    a = ap.parse_args(argv)
+    ok = True
+    for run in range(a.runs):
+        total = 0.0
+        for asg in registry.assignments():
+            sol = ROOT / "solutions" / f"{asg}.py"
+            t0 = time.perf_counter()
+            res = grade_path(sol, asg, with_speed=not a.no_speed,
+                             isolation=not a.no_isolation)
+            secs = time.perf_counter() - t0
+            total += secs
+            failed = [f"{f.name}/{c.name}" for f in res.functions.values() for c in f.checks
+                      if not c.passed]
+            ok &= not failed
+            print(f"run {run + 1}  {asg:24s} {secs:6.1f} s  {res.score:g}/{res.max_score:g}"
+                  + (f"  FAILED: {', '.join(failed)}" if failed else ""), flush=True)
+        print(f"run {run + 1}  complete submission      {total:6.1f} s", flush=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
