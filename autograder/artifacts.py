@@ -53,7 +53,7 @@ class Artifact:
 def load_artifact(reply: Optional[ExportReply], request: ExportRequest) -> Artifact:
     """The checked program of ``reply``, or :class:`ArtifactError` saying what is wrong."""
     import jax
-    import numpy as np
+    import jax.numpy as jnp
 
     if reply is None:
         raise ArtifactError("no program came back for this case")
@@ -63,8 +63,8 @@ def load_artifact(reply: Optional[ExportReply], request: ExportRequest) -> Artif
         exp = jax.export.deserialize(bytearray(reply.payload()))
     except Exception as e:  # noqa: BLE001
         raise ArtifactError(f"the exported program could not be read ({type(e).__name__})")
-    want = [(tuple(a.shape), np.dtype(a.dtype)) for a in request.args if not a.is_static]
-    got = [(tuple(a.shape), np.dtype(a.dtype)) for a in exp.in_avals]
+    want = [(tuple(a.shape), jnp.dtype(a.dtype)) for a in request.args if not a.is_static]
+    got = [(tuple(a.shape), jnp.dtype(a.dtype)) for a in exp.in_avals]
     if got != want:
         raise ArtifactError(f"the program takes {got}, expected {want}")
     if len(exp.out_avals) != 1:
@@ -338,6 +338,10 @@ def spawn_untrusted(target: Path, extra: list[str], *, isolated: bool,
 
 
 def describe_exit(rc: int) -> str:
+    """Why a process ended, from its exit status (bubblewrap reports a child killed by signal
+    N as 128 + N)."""
+    if rc > 128 and rc - 128 < 65:
+        rc = -(rc - 128)
     if rc < 0:
         import signal
 

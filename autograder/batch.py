@@ -122,14 +122,25 @@ def fingerprint(item: Item, opts) -> str:
     return h.hexdigest()
 
 
-def _key(reports: Path) -> bytes:
-    """The key reports are signed with, kept beside them (readable by the instructor only)."""
+def report_key(reports: Path) -> bytes:
+    """The key reports are signed with, kept beside them (readable by the instructor only);
+    made once, atomically, before any submission is graded."""
     path = reports / ".report-key"
     if not path.exists():
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        tmp = reports / f".report-key.{os.getpid()}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(secrets.token_hex(32))
-    return bytes.fromhex(path.read_text().strip())
+        try:
+            os.link(tmp, path)  # the first writer wins; a concurrent one reads its key
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(tmp)
+    key = bytes.fromhex(path.read_text().strip())
+    if len(key) != 32:
+        raise RuntimeError(f"{path} is not a report key; delete it to grade afresh")
+    return key
 
 
 def sign(report: dict, key: bytes) -> str:
@@ -162,12 +173,11 @@ class Outcome:
     seconds: float = 0.0
 
 
-def grade_one(item: Item, opts, reports: Path, *, force: bool = False) -> Outcome:
+def grade_one(item: Item, opts, reports: Path, key: bytes, *, force: bool = False) -> Outcome:
     from .sandbox import grade_submission
 
     out = reports / _slug(item.student) / f"{_slug(item.assignment or item.path.stem)}.json"
     fp = fingerprint(item, opts)
-    key = _key(reports)
     if not force and out.exists():
         old = verified(out, fp, key)
         if old is not None:
@@ -255,7 +265,8 @@ def grade_all(root: Path, *, workers: int = 1, out: Optional[Path] = None,
         except ImportError:  # pragma: no cover
             bar = None
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        futs = {pool.submit(grade_one, it, opts, reports, force=force): it for it in items}
+        key = report_key(reports)
+        futs = {pool.submit(grade_one, it, opts, reports, key, force=force): it for it in items}
         for fut in as_completed(futs):
             it = futs[fut]
             try:

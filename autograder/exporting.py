@@ -39,7 +39,7 @@ def quiet_debug_callbacks() -> None:
 def abstract_args(request: ExportRequest, mesh):
     """(dynamic ShapeDtypeStructs, {position: static value}) for a request."""
     import jax
-    import numpy as np
+    import jax.numpy as jnp
     from jax.sharding import NamedSharding, PartitionSpec
 
     dynamic, static = [], {}
@@ -50,7 +50,7 @@ def abstract_args(request: ExportRequest, mesh):
         sharding = None
         if mesh is not None and a.spec is not None:
             sharding = NamedSharding(mesh, PartitionSpec(*a.spec))
-        dynamic.append(jax.ShapeDtypeStruct(a.shape, np.dtype(a.dtype), sharding=sharding))
+        dynamic.append(jax.ShapeDtypeStruct(a.shape, jnp.dtype(a.dtype), sharding=sharding))
     return dynamic, static
 
 

@@ -1,7 +1,9 @@
 """``python -m autograder profile SUBMISSION FUNCTION``: a modeled TPU profile of one function.
 
 Prints the modeled time, compute, communication and exposed-communication time of the student's
-function and of the jit baseline, and writes a timeline PNG (student above baseline).
+function and of the jit baseline, and writes a timeline PNG (student above baseline). Like
+``grade``, it never runs the submission here: the function is exported in the sandbox and the
+program that comes back is modeled.
 """
 from __future__ import annotations
 
@@ -21,6 +23,8 @@ def add_parser(sub) -> None:
     p.add_argument("--dtype", help="cast floating inputs, e.g. bfloat16")
     p.add_argument("--png", help="where to write the timeline (default: ./profile-FUNCTION.png)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--no-isolation", action="store_true",
+                   help="export the function without the sandbox")
     p.set_defaults(func=run)
 
 
@@ -29,8 +33,13 @@ def run(a) -> int:
 
     setup_devices()
     from . import registry
-    from .loader import load
+    from .artifacts import ArtifactError, SandboxExporter, load_artifact
+    from .grading import current_platform, request_for
+    from .isolation import available
+    from .meshes import make_mesh
+    from .registry import Case
     from .tpumodel import ModelError, profile
+    from .tpumodel.profile import case_args
 
     path = Path(a.submission)
     if not path.exists():
@@ -41,29 +50,40 @@ def run(a) -> int:
     except KeyError as e:
         print(str(e).strip('"'), file=sys.stderr)
         return 2
-    stdout = sys.stdout
-    sys.stdout = sys.stderr  # submission prints must not mix with our output
-    try:
-        loaded = load(path)
-    finally:
-        sys.stdout = stdout
-    fn = loaded.function(a.function)
-    if fn is None:
-        print(f"{a.function!r} is not defined in {path}", file=sys.stderr)
-        for n in loaded.notes:
-            print(f"  note: {n}", file=sys.stderr)
+    if not a.no_isolation and not available().ok:
+        print(f"refusing to run student code without isolation: {available().how}",
+              file=sys.stderr)
         return 2
     try:
-        mesh = tuple(int(v) for v in a.mesh.lower().split("x"))
+        layout = tuple(int(v) for v in a.mesh.lower().split("x"))
         shape = tuple(int(v) for v in a.shape.split(",")) if a.shape else None
     except ValueError:
         print("--mesh is XxY (e.g. 2x4) and --shape a comma list of ints", file=sys.stderr)
         return 2
+    mesh = make_mesh(*layout)
+    try:
+        args = case_args(problem, mesh, shape=shape, dtype=a.dtype)
+    except ValueError as e:
+        print(f"cannot model {a.function}: {e}", file=sys.stderr)
+        return 2
+    request = request_for(problem, Case(tuple(args)), layout, 0, current_platform())
+    exporter = SandboxExporter(path.resolve(), isolated=not a.no_isolation)
+    try:
+        exporter.start()
+        if a.function not in exporter.defined:
+            print(f"{a.function!r} is not defined in {path}", file=sys.stderr)
+            for n in exporter.notes:
+                print(f"  note: {n}", file=sys.stderr)
+            return 2
+        reply = exporter.export([request]).get(request.id)
+    finally:
+        exporter.close()
     png = a.png or f"profile-{a.function}.png"
     try:
-        prof = profile(fn, problem, mesh, chip=a.chip, shape=shape, dtype=a.dtype,
-                       png=str(Path(png).resolve()))
-    except (ModelError, ValueError, KeyError) as e:
+        art = load_artifact(reply, request)
+        prof = profile(art.call, problem, mesh, args, chip=a.chip, program=True,
+                       png=str(Path(png).resolve()), title=a.function)
+    except (ArtifactError, ModelError, ValueError, KeyError) as e:
         print(f"cannot model {a.function}: {e}", file=sys.stderr)
         return 1
     if a.json:

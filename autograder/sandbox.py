@@ -44,6 +44,8 @@ class Limits:
     per_submission_s: Optional[float] = None
     #: resident memory of the trusted grader, which runs the student's programs (None: off)
     memory_mb: Optional[int] = 6144
+    #: resident memory of the student's sandbox, all its processes together
+    student_memory_mb: int = 6144
     #: virtual address space of every process (RLIMIT_AS): a runaway allocation fails instead
     #: of swapping. XLA:CPU with 8 devices needs about 2 GiB; 16 GiB leaves room.
     address_space_mb: Optional[int] = 16384
@@ -87,8 +89,7 @@ class Options:
                "--output-mb", str(lim.output_mb)]
         if lim.address_space_mb:
             out += ["--address-space-mb", str(lim.address_space_mb)]
-        if lim.memory_mb:
-            out += ["--memory-mb", str(lim.memory_mb)]
+        out += ["--memory-mb", str(lim.student_memory_mb)]
         if self.assignment:
             out += ["--assignment", self.assignment]
         if self.quick:

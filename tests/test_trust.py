@@ -39,7 +39,7 @@ def _honest_without_roll() -> str:
     return HONEST.split("def roll_diff")[0]
 
 
-def attacks(root: Path, port: int) -> dict:
+def attacks(root: Path, port: int, base: Path) -> dict:
     """student -> (source, the scores an honest attempt of the same work gets)."""
     averages = _honest_without_roll()
     return {
@@ -74,6 +74,9 @@ for _p in reg.problems():
     object.__setattr__(_p, "rtol", 1e9)
 time.perf_counter = lambda: 0.0
 time.monotonic = lambda: 0.0
+import types
+sys.modules["autograder.tpumodel"] = types.ModuleType("autograder.tpumodel")
+sys.modules["__main__"].__dict__.clear()
 def roll_diff(A, shift, mesh):
     import autograder.grading as g
     g.CALL_TIMEOUT = 0
@@ -127,7 +130,8 @@ def _daemon():
             for _ in range(600):
                 for _p in ["{root}/tests/fixtures/class/src/body_ok.py",
                            "/opt/grader/autograder/registry.py", "/submission/x.py",
-                           "/tmp/home/x"]:
+                           "{base}/reports/.jax_cache/poison", "{base}/grades.csv",
+                           "{base}/reports/honest/ps1_sharding.json", "/tmp/home/x"]:
                     try:
                         open(_p, "a").write("# vandalised\\n")
                     except OSError:
@@ -204,7 +208,7 @@ def hostile_class(tmp_path_factory, listener):
     port, seen = listener
     base = tmp_path_factory.mktemp("hostile")
     course = base / "course"
-    table = attacks(ROOT, port)
+    table = attacks(ROOT, port, base)
     for student, (src, _) in table.items():
         d = course / "submitted" / student / "ps1_sharding"
         d.mkdir(parents=True)
@@ -385,6 +389,33 @@ def roll_diff(A, shift, mesh):
     assert f["shard_average_shard_map"].score == 0
     assert "time limit" in f["shard_average_shard_map"].checks[0].message
     assert f["roll_diff"].score == 4.0
+
+
+def test_memory_of_child_processes_counts(tmp_path):
+    """Memory held by a child process the submission forks counts against the sandbox: the
+    statement is stopped and skipped, the rest is graded, nothing is left running."""
+    from autograder.cli import grade_path
+
+    sub = tmp_path / "ps1_sharding.py"
+    sub.write_text(HONEST + '''
+import os, time
+import numpy as np
+def _hog():
+    if os.fork() == 0:
+        block = np.ones(1200 << 20, np.uint8)  # 1.2 GB resident, in a child
+        time.sleep(120)
+        os._exit(0)
+    time.sleep(60)
+    return 0
+_h = _hog()
+def _keep():
+    return _h
+''')
+    res = grade_path(sub, "ps1_sharding", quick=True, with_speed=False,
+                     limits=Limits(student_memory_mb=900, per_function_s=60, load_s=100))
+    assert {n: f.score for n, f in res.functions.items()} == FULL
+    assert any("more than 900 MB" in n for n in res.notes), res.notes
+    assert [p for p in isolation._pids() if (isolation._uid_of(p) or 0) >= 200_000] == []
 
 
 def test_nbgrader_student_cell_cannot_replace_the_grader(tmp_path):

@@ -124,12 +124,14 @@ def case_args(problem, mesh, *, shape=None, dtype=None, seed: int = 0) -> list:
 
 
 def profile(fn, problem, mesh=(2, 4), args=None, *, chip=None, shape=None, dtype=None,
-            png: Optional[str] = "", title: Optional[str] = None) -> Profile:
+            png: Optional[str] = "", title: Optional[str] = None,
+            program: bool = False) -> Profile:
     """Model ``fn`` and the problem's jit baseline; draw the timelines.
 
     ``problem``: a registry name or :class:`~autograder.registry.Problem`; ``mesh``: a Mesh or
     (x, y); ``args``: placed arguments (default: the registry's 'speed' case, or ``shape``);
-    ``png``: where to write the picture ('' a temporary file, None no picture).
+    ``png``: where to write the picture ('' a temporary file, None no picture); ``program``:
+    ``fn`` is an exported program's ``call`` (array arguments only), not the student's function.
     """
     from .api import _problem
 
@@ -137,7 +139,7 @@ def profile(fn, problem, mesh=(2, 4), args=None, *, chip=None, shape=None, dtype
     mesh = _mesh(mesh)
     if args is None:
         args = case_args(problem, mesh, shape=shape, dtype=dtype)
-    st, base = compare(problem, fn, mesh, args, chip=chip)
+    st, base = compare(problem, fn, mesh, args, chip=chip, program=program)
     prof = Profile(st, base)
     if png is not None:
         if png == "":
