@@ -7,7 +7,8 @@ For every assignment that has reference answers (``solutions/<assignment>.py``; 
 which functions exist, so new assignments join automatically) it builds a class under a temporary
 folder in the nbgrader layout: correct submissions (the reference answers), partly wrong ones (one
 function returns a wrong value), hanging ones (one function never returns) and cheating ones
-(clocks frozen at import). It grades the class ``--runs`` times with ``grade-all``'s machinery,
+(the reference answers with clocks frozen at import: in the student's own sandbox, where it
+changes nothing, so they must be graded exactly like the correct ones). It grades the class ``--runs`` times with ``grade-all``'s machinery,
 optionally while a busy process keeps every core loaded (``--busy``), and prints the seconds per
 submission and every verdict (function, check) that changed between runs. It also checks the
 expected outcome: references pass every check in every run; broken functions fail.
@@ -84,15 +85,12 @@ def verdicts(report: dict) -> dict:
 def judge(kind, first, report) -> list[str]:
     v = verdicts(report)
     bad = []
-    if kind == "correct":
+    if kind in ("correct", "cheat"):
         bad = [f"{fn}.{c} failed" for (fn, c), ok in v.items() if not ok]
     elif kind in ("wrong", "hang"):
         if v.get((first, "numerics")):
             bad.append(f"{first} should fail numerics")
         bad += [f"{fn}.{c} failed" for (fn, c), ok in v.items() if not ok and fn != first]
-    elif kind == "cheat":
-        if report["score"] != 0:
-            bad.append("cheating submission scored")
     elif kind == "must_fail":
         if all(v.values()):
             bad.append("expected at least one failed check")

@@ -34,9 +34,13 @@ def shard_average_case(rng, x, y, size):
 
 
 def roll_diff_case(rng, x, y, size):
-    a = activations(rng, x, y, size)
-    block = a.shape[0] // x
-    return (a, int(rng.integers(-2 * block - 1, 2 * block + 2)))
+    """Blocks of at least two rows and a shift that really moves them (a one-row block, or a
+    whole number of blocks, rolls onto itself: any answer that returns zeros would pass);
+    negative shifts and shifts past a block included. The edge cases cover the rest."""
+    s, d = _rows_cols(rng, x, y, size)
+    s = max(s, 2)
+    a = rng.standard_normal((x * s, y * d)).astype(np.float32)
+    return (a, int(rng.integers(-2, 3)) * s + int(rng.integers(1, s)))
 
 
 def roll_diff_edge_cases(rng, x, y):
