@@ -147,8 +147,10 @@ class SandboxExporter:
     """
 
     def __init__(self, submission: Path, *, isolated: bool, statement_s: float = 20.0,
-                 load_s: float = 120.0, log: Optional[Path] = None, limits=None):
+                 load_s: float = 120.0, log: Optional[Path] = None, limits=None,
+                 folder: bool = False):
         self.submission = Path(submission)
+        self.folder = folder
         self.isolated = isolated
         self.statement_s = statement_s
         self.load_s = load_s
@@ -168,8 +170,10 @@ class SandboxExporter:
         extra = ["--statement-timeout", str(self.statement_s)]
         if self.skip:
             extra += ["--skip", ",".join(map(str, self.skip))]
+        if self.folder:
+            extra.append("--folder-on-path")
         self.box = spawn_untrusted(self.submission, extra, isolated=self.isolated, log=self.log,
-                                   limits=self.limits)
+                                   limits=self.limits, whole_folder=self.folder)
         self._buf = b""
 
     def close(self) -> None:

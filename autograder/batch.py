@@ -21,7 +21,6 @@ baselines), which student code never sees either.
 """
 from __future__ import annotations
 
-import argparse
 import csv
 import functools
 import hashlib
@@ -47,6 +46,8 @@ class Item:
     student: str
     assignment: Optional[str]
     path: Path
+    #: the file sits in the student's own folder (nbgrader layout), which grading may see
+    own_folder: bool = False
 
     @property
     def key(self) -> str:
@@ -99,7 +100,7 @@ def discover(root: Path) -> list[Item]:
             if nb is None:
                 continue
             a = adir.name if adir.name in known else _assignment_in(adir.name, known)
-            items.append(Item(sdir.name, a, nb))
+            items.append(Item(sdir.name, a, nb, own_folder=True))
     return items
 
 
@@ -119,6 +120,12 @@ def grader_hash() -> str:
 def fingerprint(item: Item, opts) -> str:
     h = hashlib.sha256()
     h.update(item.path.read_bytes())
+    if item.own_folder:  # helper files beside the notebook are graded with it
+        for p in sorted(item.path.parent.rglob("*")):
+            if p.is_file() and not any(x.startswith(".") for x in p.relative_to(
+                    item.path.parent).parts):
+                h.update(str(p.relative_to(item.path.parent)).encode())
+                h.update(p.read_bytes())
     h.update(json.dumps([GRADER_VERSION, grader_hash(), item.assignment, opts.quick, opts.seed,
                          opts.with_speed, opts.isolation, opts.only], sort_keys=True).encode())
     return h.hexdigest()
@@ -189,6 +196,7 @@ def grade_one(item: Item, opts, reports: Path, key: bytes, *, force: bool = Fals
 
     o = copy.copy(opts)
     o.assignment = item.assignment
+    o.folder = item.own_folder
     res = grade_submission(item.path, o)
     secs = time.monotonic() - t0
     rep = {"student": item.student, "assignment": res.assignment or item.assignment,

@@ -15,7 +15,6 @@ import os
 import secrets
 import statistics
 import time
-import traceback
 import zlib
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -26,7 +25,7 @@ from . import checks
 from .artifacts import Artifact, ArtifactError, LocalExporter, load_artifact
 from .compare import genuine_array, sharding_problem
 from .devices import platform as current_platform
-from .exporting import spec_of
+from .exporting import describe_error, spec_of
 from .loader import GradingTimeout, time_limit
 from .meshes import layouts as all_layouts, make_mesh
 from .records import ArgSpec, ExportRequest
@@ -48,13 +47,7 @@ CALL_TIMEOUT = float(os.environ.get("AUTOGRADER_CALL_TIMEOUT", "60"))
 def _short_error(e: BaseException) -> str:
     if isinstance(e, GradingTimeout):
         return f"your function {e} (a loop that never ends, or far too much work)"
-    text = f"{type(e).__name__}: {e}"
-    text = text.strip().splitlines()
-    first = text[0] if text else type(e).__name__
-    tb = traceback.extract_tb(e.__traceback__)
-    student = [f for f in tb if f.filename.startswith("<")]
-    where = f" (at {student[-1].filename} line {student[-1].lineno})" if student else ""
-    return (first[:400] + where)
+    return describe_error(e, limit=800)
 
 
 def _place(problem: Problem, case: Case, mesh):

@@ -17,7 +17,6 @@ cell that runs first can change them. :class:`GradeInSandbox` takes the place of
 from __future__ import annotations
 
 import re
-import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -71,7 +70,7 @@ class GradeInSandbox(NbGraderPreprocessor):
 
     def preprocess(self, nb, resources):
         from . import registry
-        from .sandbox import Options, grade_submission
+        from .sandbox import Options, copy_student_folder, grade_submission
 
         assignment = resources.get("nbgrader", {}).get("assignment")
         name = resources.get("nbgrader", {}).get("notebook", "submission")
@@ -83,7 +82,7 @@ class GradeInSandbox(NbGraderPreprocessor):
             runnable.cells[i].outputs = []
         with tempfile.TemporaryDirectory(prefix="autograde-nb-") as tmp:
             work = Path(tmp) / (assignment or "submission")
-            _copy_student_files(folder, work)
+            copy_student_folder(folder, work)
             path = work / f"{name}.ipynb"
             nbformat.write(runnable, path)
             if self.run_student_cells:
@@ -100,7 +99,7 @@ class GradeInSandbox(NbGraderPreprocessor):
             res = None
             if only:
                 res = grade_submission(path, Options(assignment=assignment, only=only,
-                                                     isolation=self.isolation))
+                                                     isolation=self.isolation, folder=True))
         for i, fn in graded.items():
             cell = nb.cells[i]
             if res is None or fn not in res.functions:
@@ -146,23 +145,3 @@ class GradeInSandbox(NbGraderPreprocessor):
             return executed
         finally:
             box.kill()
-
-
-def _copy_student_files(src: Path, dest: Path, limit: int = 64 << 20) -> None:
-    """The student's folder (their own files only), up to ``limit`` bytes in all."""
-    dest.mkdir(parents=True)
-    total = 0
-    if not src.is_dir():
-        return
-    for p in sorted(src.rglob("*")):
-        if not p.is_file() or p.is_symlink() or any(part.startswith(".")
-                                                     for part in p.relative_to(src).parts):
-            continue
-        total += p.stat().st_size
-        if total > limit:
-            break
-        target = dest / p.relative_to(src)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(p, target)
-    for d in [dest, *dest.rglob("*")]:
-        d.chmod(0o755 if d.is_dir() else 0o644)

@@ -150,6 +150,13 @@ class ExportReply(Record):
             raise RecordError(f"the artifact is not valid base64 ({e})") from None
 
     @classmethod
+    def from_dict(cls, d: dict) -> "ExportReply":
+        _expect_keys(d, cls, extra=("type",))
+        art, err = d.get("artifact"), d.get("error")
+        return cls(_int(d["id"], "id"), None if art is None else _str(art),
+                   None if err is None else _str(err)[:4000])
+
+    @classmethod
     def of(cls, rid: int, data: Optional[bytes] = None, error: Optional[str] = None):
         return cls(rid, None if data is None else base64.b64encode(data).decode("ascii"), error)
 

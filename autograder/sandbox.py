@@ -79,6 +79,9 @@ class Options:
     cache_dir: Optional[Path] = None
     #: run student code in the sandbox (False only when the instructor said --no-isolation)
     isolation: bool = True
+    #: the submission's folder is the student's own (nbgrader's submitted/<student>/<asg>/):
+    #: the sandbox gets a copy of it, so helper modules beside the notebook import
+    folder: bool = False
     limits: Limits = field(default_factory=Limits)
 
     def argv(self) -> list[str]:
@@ -100,6 +103,8 @@ class Options:
             out.append("--no-speed")
         if not self.isolation:
             out.append("--no-isolation")
+        if self.folder:
+            out.append("--folder")
         if self.cache_dir:
             out += ["--cache-dir", str(Path(self.cache_dir).resolve())]
         return out
@@ -252,6 +257,26 @@ def _run_grader(sub: Path, work: Path, opts: Options, *, only: Optional[list[str
     return run
 
 
+def copy_student_folder(src: Path, dest: Path, limit: int = 64 << 20) -> None:
+    """The student's folder (their own files only), up to ``limit`` bytes in all."""
+    dest.mkdir(parents=True, exist_ok=True)
+    total = 0
+    if not src.is_dir():
+        return
+    for p in sorted(src.rglob("*")):
+        if not p.is_file() or p.is_symlink() or any(part.startswith(".")
+                                                     for part in p.relative_to(src).parts):
+            continue
+        total += p.stat().st_size
+        if total > limit:
+            break
+        target = dest / p.relative_to(src)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(p, target)
+    for d in [dest, *dest.rglob("*")]:
+        d.chmod(0o755 if d.is_dir() else 0o644)
+
+
 def _problems_for(assignment: Optional[str]):
     from . import registry
 
@@ -294,6 +319,8 @@ def grade_submission(submission: Path, opts: Optional[Options] = None, *,
         subdir = work / "sub" / submission.parent.name
         subdir.mkdir(parents=True)
         sub = subdir / submission.name
+        if opts.folder:
+            copy_student_folder(submission.parent, subdir)
         shutil.copyfile(submission, sub)
         os.chmod(sub, 0o644)
         for d in (work / "sub", subdir):

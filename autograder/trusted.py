@@ -73,7 +73,8 @@ def exporter_for(a):
         {"address_space_mb": a.address_space_mb} if a.address_space_mb else {}))
     exporter = SandboxExporter(Path(a.submission).resolve(), isolated=not a.no_isolation,
                                statement_s=a.statement_timeout, load_s=a.load_timeout,
-                               log=Path(a.log) if a.log else None, limits=limits)
+                               log=Path(a.log) if a.log else None, limits=limits,
+                               folder=a.folder)
     exporter.skip = [int(s) for s in a.skip.split(",") if s.strip()]
     exporter.launch()
     return exporter
@@ -121,6 +122,8 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--no-speed", action="store_true")
     ap.add_argument("--no-isolation", action="store_true")
+    ap.add_argument("--folder", action="store_true",
+                    help="the submission's folder is the student's own: the worker sees it")
     ap.add_argument("--skip", default="")
     ap.add_argument("--statement-timeout", type=float, default=20.0)
     ap.add_argument("--load-timeout", type=float, default=120.0)

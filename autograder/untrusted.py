@@ -38,6 +38,8 @@ def main(argv=None) -> int:
     ap.add_argument("--execute", action="store_true",
                     help="run the whole notebook (in a copy of its folder) and send it back")
     ap.add_argument("--cell-timeout", type=float, default=300.0)
+    ap.add_argument("--folder-on-path", action="store_true",
+                    help="the submission's folder is importable (its helper modules)")
     a = ap.parse_args(argv)
     out = _reply_channel()
 
@@ -59,6 +61,8 @@ def main(argv=None) -> int:
     from .records import ExportRequest, Loaded, Loading, Quit, RecordError, parse
 
     quiet_debug_callbacks()
+    if a.folder_on_path:
+        sys.path.insert(0, str(a.submission.resolve().parent))
     graded = {p.name for p in registry.problems()}
     skip = {int(s) for s in a.skip.split(",") if s.strip()}
     try:

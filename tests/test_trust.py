@@ -8,7 +8,6 @@ the rest go through ``grade`` and the nbgrader preprocessor.
 import csv
 import hashlib
 import json
-import os
 import socket
 import threading
 import time
@@ -101,7 +100,6 @@ def shard_average_jit(A, mesh):
 ''', NOTHING),
         # reading the course's files: absolute paths, the parent's cwd and environment
         "reader": (HEAD + f'''
-import os
 _found = []
 for _p in ["{root}/solutions/ps1_sharding.py", "/proc/1/cwd/solutions/ps1_sharding.py",
            "/proc/self/../1/cwd/solutions/ps1_sharding.py", "/proc/1/environ"]:
@@ -467,3 +465,26 @@ def test_refuses_without_isolation_unless_told(tmp_path, monkeypatch):
     assert res.functions["roll_diff"].score == 4.0
     assert res.isolated is False and "WITHOUT isolation" in res.notes[0]
     assert res.to_dict()["isolated"] is False
+
+
+def test_a_students_own_folder_is_importable_a_flat_folder_is_not(tmp_path):
+    """In the nbgrader layout a helper module beside the notebook is the student's own and
+    imports; in a flat folder of hand-ins the file beside it is a classmate's and does not."""
+    helper = "import jax.numpy as jnp\n\ndef block_rows(A, x):\n    return A.reshape(x, -1, A.shape[1])\n"
+    user = HEAD + ("from helpers import block_rows\n\ndef shard_average_jit(A, mesh):\n"
+                   "    return block_rows(A, mesh.shape['X']).mean(axis=1)\n")
+    own = tmp_path / "course" / "submitted" / "alice" / "ps1_sharding"
+    own.mkdir(parents=True)
+    (own / "ps1_sharding.py").write_text(user)
+    (own / "helpers.py").write_text(helper)
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    (flat / "bob_ps1_sharding.py").write_text(user)
+    (flat / "helpers.py").write_text(helper)  # someone else's file in the hand-in folder
+    opts = Options(quick=True, with_speed=False, only=["shard_average_jit"])
+    a = grade_all(tmp_path / "course", out=tmp_path / "a.csv", opts=opts, progress=False)
+    b = grade_all(flat, out=tmp_path / "b.csv", opts=opts, progress=False)
+    got = {o.item.student: o.report["functions"]["shard_average_jit"] for o in a + b}
+    assert got["alice"]["score"] == 3.0
+    assert got["bob"]["score"] == 0.0
+    assert "not found" in got["bob"]["checks"][0]["message"]
