@@ -199,18 +199,12 @@ class Result(Record):
 
 
 @dataclass(frozen=True)
-class Note(Record):
-    TYPE: ClassVar[str] = "note"
-    text: str
-
-
-@dataclass(frozen=True)
 class Done(Record):
     TYPE: ClassVar[str] = "done"
 
 
 TYPES = {c.TYPE: c for c in (ExportRequest, Quit, Loading, Loaded, ExportReply,
-                             ExecutedNotebook, Plan, Start, Result, Note, Done)}
+                             ExecutedNotebook, Plan, Start, Result, Done)}
 
 
 def parse(line: str | bytes, allowed: tuple = ()) -> Record:

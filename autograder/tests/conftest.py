@@ -33,7 +33,10 @@ def pytest_generate_tests(metafunc):
 
 @pytest.fixture(scope="session")
 def submissions(request):
-    """assignment -> loaded namespace of the submission (or the reference answers)."""
+    """assignment -> where the programs come from: the reference answers (the course's own
+    code, loaded here), or, for ``--submission``, the student's file in the sandbox (never run
+    in this process)."""
+    from autograder.artifacts import SandboxExporter
     from autograder.loader import load
 
     path = request.config.getoption("--submission")
@@ -44,7 +47,14 @@ def submissions(request):
             p = Path(path) if path else SOLUTIONS / f"{asg}.py"
             if not p.exists():
                 pytest.skip(f"no submission at {p}")
-            cache[asg] = load(p)
+            if path:
+                exporter = SandboxExporter(p.resolve(), isolated=True)
+                exporter.start()
+                request.addfinalizer(exporter.close)
+                cache[asg] = lambda name: exporter if name in exporter.defined else None
+            else:
+                loaded = load(p)
+                cache[asg] = loaded.function
         return cache[asg]
 
     return get

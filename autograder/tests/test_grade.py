@@ -3,9 +3,8 @@ from autograder import grading
 
 
 def test_function(problem, submissions, request):
-    loaded = submissions(problem.assignment)
-    fn = loaded.function(problem.name)
-    res = grading.grade_function(problem, fn,
+    source = submissions(problem.assignment)(problem.name)
+    res = grading.grade_function(problem, source,
                                  with_speed=not request.config.getoption("--no-speed"))
     print(res.report())
     failed = [c for c in res.checks if not c.passed]
