@@ -70,9 +70,9 @@ def _pick_notebook(folder: Path, assignment: str) -> Optional[Path]:
                    if p.is_file() and p.suffix in SUFFIXES and not p.name.startswith("."))
     if not files:
         return None
-    for p in files:
-        if p.stem == assignment and p.suffix == ".ipynb":
-            return p
+    named = [p for p in files if p.stem == assignment]  # the notebook before a .py twin
+    if named:
+        return min(named, key=lambda p: p.suffix != ".ipynb")
     nbs = [p for p in files if p.suffix == ".ipynb"]
     return (nbs or files)[0]
 

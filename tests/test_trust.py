@@ -487,4 +487,6 @@ def test_a_students_own_folder_is_importable_a_flat_folder_is_not(tmp_path):
     got = {o.item.student: o.report["functions"]["shard_average_jit"] for o in a + b}
     assert got["alice"]["score"] == 3.0
     assert got["bob"]["score"] == 0.0
-    assert "not found" in got["bob"]["checks"][0]["message"]
+    assert "name 'block_rows' is not defined" in got["bob"]["checks"][0]["message"]
+    bob = next(o.report for o in b if o.item.student == "bob")
+    assert any("No module named 'helpers'" in n for n in bob["notes"]), bob["notes"]
