@@ -107,6 +107,9 @@ def _bwrap_argv(bwrap: str, *, binds: list[tuple[str, str]], uid: Optional[int],
             "--hostname", "sandbox"]
     if uid is None:
         argv += ["--unshare-user", "--cap-drop", "ALL"]
+    # the private /tmp first: a runtime that lives under /tmp is bound on top of it
+    argv += ["--proc", "/proc", "--dev", "/dev",
+             "--size", str(tmp_mb << 20), "--perms", "1777", "--tmpfs", "/tmp"]
     for d in ("/usr", "/etc/ld.so.cache", "/etc/alternatives", "/etc/localtime"):
         if os.path.exists(d):
             argv += ["--ro-bind", d, d]
@@ -115,16 +118,14 @@ def _bwrap_argv(bwrap: str, *, binds: list[tuple[str, str]], uid: Optional[int],
             argv += ["--symlink", os.readlink(d), d]
         elif os.path.isdir(d):
             argv += ["--ro-bind", d, d]
-    made: set[str] = {"/usr", "/etc"}
+    made: set[str] = {"/usr", "/etc", "/tmp"}
     for src, dest in binds:
         for a in _ancestors(dest):
             if a not in made and not any(a == d or a.startswith(d + "/") for _, d in binds):
                 argv += ["--perms", "0755", "--dir", a]
                 made.add(a)
         argv += ["--ro-bind", src, dest]
-    argv += ["--proc", "/proc", "--dev", "/dev",
-             "--size", str(tmp_mb << 20), "--perms", "1777", "--tmpfs", "/tmp",
-             "--perms", "0777", "--dir", HOME, "--chdir", chdir, "--clearenv"]
+    argv += ["--perms", "0777", "--dir", HOME, "--chdir", chdir, "--clearenv"]
     for k, v in (env or {}).items():
         argv += ["--setenv", k, v]
     argv.append("--")
