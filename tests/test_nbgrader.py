@@ -1,7 +1,9 @@
 """nbgrader end to end: a real course directory with a sqlite gradebook (tools/demo.py)."""
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -43,3 +45,51 @@ def test_feedback_is_readable_and_reveals_no_hidden_inputs(demo):
     assert "FAIL" in html and "numerics" in html
     assert "structure" in html  # cleo's all-gather is named in her feedback
     assert "make_case" not in html and "default_rng" not in html
+
+
+ATTACK_CELL = '''\
+import sys, types
+fake = types.ModuleType("autograder.nb")
+fake.grade = lambda name, ns=None, **kw: print(10) or 10.0
+sys.modules["autograder.nb"] = fake
+import builtins
+_real_import = builtins.__import__
+builtins.__import__ = lambda n, *a, **k: fake if n == "autograder.nb" else _real_import(n, *a, **k)
+print("grader replaced in this kernel")
+'''
+
+
+def test_autograde_ignores_what_the_kernel_says(tmp_path, monkeypatch):
+    """Through ``nbgrader autograde`` itself: a student cell that replaces the grader in its
+    kernel (so a hidden cell run there would print full marks), with every answer left
+    unsolved, still scores zero; the student's cell did run (in the sandbox)."""
+    import shutil
+
+    import nbformat
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    import demo
+
+    monkeypatch.chdir(tmp_path)  # nbgrader's API works from the course folder
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    course = tmp_path / "course"
+    course.mkdir()
+    (course / "nbgrader_config.py").write_text(demo.CONFIG)
+    shutil.copytree(ROOT / "source" / "ps1_sharding", course / "source" / "ps1_sharding")
+    api = demo.nbgrader_api(course)
+    demo.check(api.generate_assignment("ps1_sharding", force=True), "generate")
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        gb.add_student("mallory")
+    sub = course / "submitted" / "mallory" / "ps1_sharding"
+    shutil.copytree(course / "release" / "ps1_sharding", sub)
+    nb = nbformat.read(sub / "ps1_sharding.ipynb", as_version=4)
+    nb.cells.insert(1, nbformat.v4.new_code_cell(ATTACK_CELL))
+    nbformat.write(nb, sub / "ps1_sharding.ipynb")
+    (sub / "timestamp.txt").write_text("2026-11-21 12:00:00.000000 UTC")
+    demo.check(api.autograde("ps1_sharding", "mallory"), "autograde")
+    assert demo.scores(course, "mallory", ["ps1_sharding"])["ps1_sharding"] == (0, 10)
+    graded = nbformat.read(course / "autograded" / "mallory" / "ps1_sharding" /
+                           "ps1_sharding.ipynb", as_version=4)
+    assert any("grader replaced" in o.get("text", "") for o in graded.cells[1].outputs)
