@@ -329,14 +329,20 @@ def spawn_untrusted(target: Path, extra: list[str], *, isolated: bool,
         binds = isolation.python_binds() + [src]
         env["PYTHONPATH"] = isolation.GRADER_ROOT
     else:
+        import tempfile
+
         inside, binds = str(target), []
         env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent)
-        env["HOME"] = env["TMPDIR"] = str(target.parent)
+        scratch = tempfile.mkdtemp(prefix="autograde-home-")  # removed when the box is killed
+        env["HOME"] = env["TMPDIR"] = scratch
     argv = [sys.executable, "-s", "-P", "-m", "autograder.untrusted", inside, *extra]
     logf = open(log, "ab") if log else open(os.devnull, "wb")
     try:
         kw = {} if limits is None else {"limits": limits}
-        return isolation.spawn(argv, binds=binds, env=env, isolated=isolated, stderr=logf, **kw)
+        box = isolation.spawn(argv, binds=binds, env=env, isolated=isolated, stderr=logf, **kw)
+        if not isolated:
+            box.scratch = Path(env["HOME"])
+        return box
     finally:
         logf.close()
 

@@ -201,6 +201,8 @@ class Sandboxed:
         self.proc = proc
         self.uid = uid
         self.isolated = isolated
+        #: a host folder used as the worker's home without isolation (removed at the end)
+        self.scratch: Optional[Path] = None
         self._pidns = _pidns_of(proc.pid)
 
     def members(self) -> list[int]:
@@ -247,6 +249,8 @@ class Sandboxed:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:  # pragma: no cover
             pass
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
 
 
 def _pidns_of(pid: int) -> Optional[str]:
