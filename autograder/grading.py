@@ -66,7 +66,7 @@ def _place(problem: Problem, case: Case, mesh):
 
 
 def _dynamic(problem: Problem, args):
-    return [a for a, s in zip(args, problem.in_specs) if s is not None]
+    return [a for a, s in zip(args, problem.in_specs, strict=True) if s is not None]
 
 
 def _bind(problem: Problem, fn, mesh) -> Callable:
@@ -78,9 +78,8 @@ def _bind(problem: Problem, fn, mesh) -> Callable:
 FAST_CPU_COMPILE = {"xla_backend_optimization_level": 0}
 
 
-def compile_for(problem: Problem, fn, mesh, args, *, baseline: bool = False,
-                fast: bool = False):
-    """jit + lower + compile ``fn`` for these placed args; returns the Compiled object."""
+def compile_for(problem: Problem, fn, mesh, args, *, baseline: bool = False):
+    """jit + lower + compile trusted ``fn`` (the jit baseline) for these placed args."""
     import jax
     from jax.sharding import NamedSharding
 
@@ -88,10 +87,7 @@ def compile_for(problem: Problem, fn, mesh, args, *, baseline: bool = False,
     if baseline and problem.uses_mesh:
         kw["out_shardings"] = NamedSharding(mesh, problem.out_spec)
     jitted = jax.jit(_bind(problem, fn, mesh), static_argnums=problem.static_argnums, **kw)
-    lowered = jitted.lower(*args)
-    if fast and current_platform() == "cpu":
-        return lowered.compile(FAST_CPU_COMPILE)
-    return lowered.compile()
+    return jitted.lower(*args).compile()
 
 
 def _signature(problem: Problem, case: Case) -> tuple:
@@ -126,8 +122,9 @@ class Plan:
     platform: str
     #: request ids start here (one exporter serves every function of a submission)
     id_base: int = 0
-    #: (layout, case index) -> signature; cases are rebuilt from the seed by :meth:`cases`
-    requests: dict = field(default_factory=dict)  # signature key -> ExportRequest
+    #: (layout, signature) -> its ExportRequest; the cases themselves are rebuilt from the seed
+    #: by :meth:`cases` and :meth:`big` whenever they are needed
+    requests: dict = field(default_factory=dict)
 
     def _rng(self, which: int) -> np.random.Generator:
         return np.random.default_rng([self.seed, zlib.crc32(self.problem.name.encode()), which])
