@@ -129,6 +129,39 @@ class LocalExporter:
         return out
 
 
+class LineReader:
+    """Lines from a sandboxed worker's stdout, read within a deadline, a line-size cap and a
+    cap on the resident memory of the whole sandbox (then :class:`WorkerStopped`)."""
+
+    def __init__(self, box, memory_mb: Optional[int] = None, max_line: int = 64 << 20):
+        self.box = box
+        self.memory_mb = memory_mb
+        self.max_line = max_line
+        self.buf = b""
+
+    def lines(self, deadline: float):
+        fd = self.box.proc.stdout.fileno()
+        while True:
+            while b"\n" in self.buf:
+                line, self.buf = self.buf.split(b"\n", 1)
+                yield line
+            if len(self.buf) > self.max_line:
+                raise WorkerStopped("it wrote an oversized record", ("protocol", None))
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WorkerStopped("timeout", ("timeout", None))
+            if self.memory_mb and self.box.rss_mb() > self.memory_mb:
+                raise WorkerStopped(f"it used more than {self.memory_mb} MB of memory (all its "
+                                    "processes together) and was stopped", ("memory", None))
+            ready, _, _ = select.select([fd], [], [], min(left, 0.5))
+            if ready:
+                chunk = os.read(fd, 1 << 20)
+                if not chunk:
+                    rc = self.box.proc.wait()
+                    raise WorkerStopped(describe_exit(rc), ("exit", rc))
+                self.buf += chunk
+
+
 class WorkerStopped(Exception):
     """The untrusted worker died or ran out of time; ``phase`` says where."""
 
@@ -160,8 +193,10 @@ class SandboxExporter:
         self.notes: list[str] = []
         self.defined: list[str] = []
         self.box = None
-        self._buf = b""
-        #: requests sent and not answered yet; replies that came before they were asked for
+        self.reader: Optional[LineReader] = None
+        #: requests sent to the current worker (each once), those not answered yet, and
+        #: replies that came before they were asked for
+        self.sent: set[int] = set()
         self.pending: dict[int, ExportRequest] = {}
         self.replies: dict[int, ExportReply] = {}
 
@@ -174,7 +209,7 @@ class SandboxExporter:
             extra.append("--folder-on-path")
         self.box = spawn_untrusted(self.submission, extra, isolated=self.isolated, log=self.log,
                                    limits=self.limits, whole_folder=self.folder)
-        self._buf = b""
+        self.reader = LineReader(self.box, getattr(self.limits, "memory_mb", None))
 
     def close(self) -> None:
         if self.box is not None:
@@ -187,28 +222,7 @@ class SandboxExporter:
             self.box = None
 
     def _lines(self, deadline: float):
-        """Yield lines from the worker until ``deadline`` (then raise WorkerStopped)."""
-        fd = self.box.proc.stdout.fileno()
-        while True:
-            while b"\n" in self._buf:
-                line, self._buf = self._buf.split(b"\n", 1)
-                yield line
-            if len(self._buf) > (64 << 20):
-                raise WorkerStopped("it wrote an oversized record", ("protocol", None))
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise WorkerStopped("timeout", ("timeout", None))
-            cap = getattr(self.limits, "memory_mb", None)
-            if cap and self.box.rss_mb() > cap:
-                raise WorkerStopped(f"it used more than {cap} MB of memory (all its processes "
-                                    "together) and was stopped", ("memory", None))
-            ready, _, _ = select.select([fd], [], [], min(left, 0.5))
-            if ready:
-                chunk = os.read(fd, 1 << 20)
-                if not chunk:
-                    rc = self.box.proc.wait()
-                    raise WorkerStopped(describe_exit(rc), ("exit", rc))
-                self._buf += chunk
+        return self.reader.lines(deadline)
 
     # -- loading ---------------------------------------------------------------------------
     def launch(self) -> None:
@@ -256,7 +270,8 @@ class SandboxExporter:
             return
         try:
             for r in requests:
-                if r.id not in self.pending:
+                if r.id not in self.sent:
+                    self.sent.add(r.id)
                     self.pending[r.id] = r
                     self.box.proc.stdin.write(r.to_line().encode())
             self.box.proc.stdin.flush()
@@ -297,7 +312,7 @@ class SandboxExporter:
             later = list(self.pending.values())
             self.box.kill()
             self.start_again()
-            self.pending = {}
+            self.pending, self.sent = {}, set(self.replies)
             self.submit(later)
         return out
 

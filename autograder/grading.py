@@ -159,6 +159,10 @@ class Plan:
         return self.requests[key]
 
     def all_requests(self) -> list[ExportRequest]:
+        """Every request of this function, planned once (the cases are made only to read
+        their shapes, then dropped)."""
+        if self.requests:
+            return list(self.requests.values())
         for layout, cases in self.cases():
             for c in cases:
                 self.request(layout, c)

@@ -203,22 +203,14 @@ class Sandboxed:
         self.isolated = isolated
         #: a host folder used as the worker's home without isolation (removed at the end)
         self.scratch: Optional[Path] = None
-        self._pidns = _pidns_of(proc.pid)
 
     def members(self) -> list[int]:
-        """Every process of the sandbox (its uid, or its pid namespace, or its group)."""
-        out = []
-        for pid in _pids():
-            if self.uid is not None:
-                if _uid_of(pid) == self.uid:
-                    out.append(pid)
-            elif self._pidns is not None and pid != self.proc.pid:
-                ns = _pidns_of(pid)
-                if ns is not None and ns != self._pidns and _in_group(pid, self.proc.pid):
-                    out.append(pid)
-        if not out and self.proc.poll() is None:
-            out.append(self.proc.pid)
-        return out
+        """Every process of the sandbox: those of its uid, or else every descendant of the
+        process started (inside a pid namespace, orphans are re-parented to its pid 1, so
+        they stay descendants)."""
+        if self.uid is not None:
+            return [p for p in _pids() if _uid_of(p) == self.uid]
+        return _descendants(self.proc.pid)
 
     def rss_mb(self) -> float:
         """Resident memory of the whole sandbox, children included."""
@@ -253,18 +245,18 @@ class Sandboxed:
             shutil.rmtree(self.scratch, ignore_errors=True)
 
 
-def _pidns_of(pid: int) -> Optional[str]:
-    try:
-        return os.readlink(f"/proc/{pid}/ns/pid")
-    except OSError:
-        return None
-
-
-def _in_group(pid: int, pgid: int) -> bool:
-    try:
-        return os.getpgid(pid) == pgid or os.getsid(pid) == pgid
-    except OSError:
-        return False
+def _descendants(root: int) -> list[int]:
+    """``root`` and every process below it, from each process's parent in /proc."""
+    parent = {}
+    for pid in _pids():
+        pp = _status(pid).get("PPid")
+        if pp:
+            parent[pid] = int(pp)
+    out, frontier = [], {root} if root in parent else set()
+    while frontier:
+        out += frontier
+        frontier = {p for p, pp in parent.items() if pp in frontier}
+    return out
 
 
 def spawn(argv: list[str], *, binds: list[tuple[Path, str]], env: dict, isolated: bool,

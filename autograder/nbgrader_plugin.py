@@ -113,30 +113,23 @@ class GradeInSandbox(NbGraderPreprocessor):
 
     def _execute(self, path: Path):
         """The executed notebook, or why there is none."""
-        import os
-        import select
-
-        from .artifacts import spawn_untrusted
+        from .artifacts import LineReader, WorkerStopped, spawn_untrusted
+        from .isolation import SandboxLimits
         from .records import ExecutedNotebook, RecordError, parse
 
+        limits = SandboxLimits()
         box = spawn_untrusted(path, ["--execute", "--cell-timeout", str(self.cell_timeout)],
-                              isolated=self.isolation, whole_folder=True)
+                              isolated=self.isolation, whole_folder=True, limits=limits)
         try:
             box.proc.stdin.close()
-            fd, buf = box.proc.stdout.fileno(), b""
-            deadline = time.monotonic() + self.notebook_timeout
-            while time.monotonic() < deadline and len(buf) <= _MAX_NOTEBOOK:
-                ready, _, _ = select.select([fd], [], [], 1.0)
-                if not ready:
-                    continue
-                chunk = os.read(fd, 1 << 20)
-                if not chunk:
-                    break
-                buf += chunk
-            else:
-                return "the notebook ran too long or printed too much"
+            reader = LineReader(box, limits.memory_mb, max_line=_MAX_NOTEBOOK)
             try:
-                rec = parse(buf.strip(), allowed=(ExecutedNotebook,))
+                line = next(reader.lines(time.monotonic() + self.notebook_timeout))
+            except WorkerStopped as e:
+                why = "it ran too long" if e.phase[0] == "timeout" else e.why
+                return f"the notebook did not finish: {why}"
+            try:
+                rec = parse(line, allowed=(ExecutedNotebook,))
                 executed = nbformat.reads(rec.text, as_version=4)
             except (RecordError, Exception) as e:  # noqa: BLE001
                 return f"the executed notebook could not be read ({type(e).__name__})"

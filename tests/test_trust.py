@@ -490,3 +490,19 @@ def test_a_students_own_folder_is_importable_a_flat_folder_is_not(tmp_path):
     assert "name 'block_rows' is not defined" in got["bob"]["checks"][0]["message"]
     bob = next(o.report for o in b if o.item.student == "bob")
     assert any("No module named 'helpers'" in n for n in bob["notes"]), bob["notes"]
+
+
+def test_memory_watch_sees_child_processes_without_a_dedicated_uid():
+    """The watchdog's view of a sandbox started as an ordinary user (no dedicated uid) is the
+    whole process tree below it, not just the first process."""
+    box = isolation.spawn(["/bin/sh", "-c", "sleep 30 & sleep 30 & wait"],
+                          binds=[], env={"PATH": "/usr/bin:/bin"}, isolated=False)
+    try:
+        for _ in range(50):
+            if len(box.members()) >= 3:
+                break
+            time.sleep(0.1)
+        assert len(box.members()) == 3 and box.proc.pid in box.members()
+    finally:
+        box.kill()
+    assert box.members() == []
