@@ -182,7 +182,10 @@ class Outcome:
     seconds: float = 0.0
 
 
-def grade_one(item: Item, opts, reports: Path, key: bytes, *, force: bool = False) -> Outcome:
+def grade_one(item: Item, opts, reports: Path, key: bytes, *, force: bool = False,
+              seed: Optional[int] = None) -> Outcome:
+    """Grade ``item`` (or reuse its verified report). ``seed``: the run's secret seed, shared
+    by every submission of the run, so that identical programs are graded once."""
     from .sandbox import grade_submission
 
     out = reports / _slug(item.student) / f"{_slug(item.assignment or item.path.stem)}.json"
@@ -197,6 +200,8 @@ def grade_one(item: Item, opts, reports: Path, key: bytes, *, force: bool = Fals
     o = copy.copy(opts)
     o.assignment = item.assignment
     o.folder = item.own_folder
+    if o.seed is None:
+        o.seed = seed
     res = grade_submission(item.path, o)
     secs = time.monotonic() - t0
     rep = {"student": item.student, "assignment": res.assignment or item.assignment,
@@ -256,14 +261,8 @@ def grade_all(root: Path, *, workers: int = 1, out: Optional[Path] = None,
     out = Path(out) if out else Path("grades.csv")
     reports = Path(reports) if reports else out.parent / "reports"
     reports.mkdir(parents=True, exist_ok=True)
-    if opts.cache_dir is None:
-        opts.cache_dir = (reports / ".jax_cache").resolve()
     if warm and items:
-        stamp = Path(opts.cache_dir) / ".warmed"
-        want = json.dumps([GRADER_VERSION, grader_hash(), opts.with_speed])
-        if not (stamp.exists() and stamp.read_text() == want):
-            if warm_cache(Path(opts.cache_dir), opts):
-                stamp.write_text(want)
+        warm_cache(opts)
     outcomes: list[Outcome] = []
     lock = threading.Lock()
     bar = None
@@ -274,9 +273,13 @@ def grade_all(root: Path, *, workers: int = 1, out: Optional[Path] = None,
             bar = tqdm(total=len(items), unit="submission", desc="grading", file=sys.stderr)
         except ImportError:  # pragma: no cover
             bar = None
+    # One secret seed for the whole run (unless the instructor fixed one): every submission
+    # is graded on the same unpredictable inputs, and identical programs are graded once.
+    run_seed = secrets.randbits(63)
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         key = report_key(reports)
-        futs = {pool.submit(grade_one, it, opts, reports, key, force=force): it for it in items}
+        futs = {pool.submit(grade_one, it, opts, reports, key, force=force, seed=run_seed): it
+                for it in items}
         for fut in as_completed(futs):
             it = futs[fut]
             try:
@@ -318,7 +321,8 @@ def add_parser(sub) -> None:
                    help="seconds to load one submission (default 120)")
     g.add_argument("--memory-mb", type=int, default=6144,
                    help="resident memory per worker (default 6144)")
-    g.add_argument("--cache-dir", help="JAX compilation cache (default: REPORTS/.jax_cache)")
+    g.add_argument("--cache-dir", help="the trusted side's class-wide cache (default: "
+                   "$AUTOGRADER_CACHE_DIR or ~/.cache/jax-scaling-course)")
     g.add_argument("--no-progress", action="store_true")
     g.set_defaults(func=_cmd)
 
@@ -333,9 +337,10 @@ def _cmd(a) -> int:
         return 2
     lim = Limits(per_function_s=a.function_timeout, load_s=a.load_timeout,
                  memory_mb=a.memory_mb)
-    opts = Options(quick=a.quick, seed=a.seed, with_speed=not a.no_speed,
-                   cache_dir=Path(a.cache_dir) if a.cache_dir else None, limits=lim,
+    opts = Options(quick=a.quick, seed=a.seed, with_speed=not a.no_speed, limits=lim,
                    isolation=not a.no_isolation)
+    if a.cache_dir:
+        opts.cache_dir = Path(a.cache_dir)
     try:
         check_options(opts)
     except (ValueError, IsolationUnavailable) as e:

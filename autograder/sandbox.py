@@ -75,8 +75,8 @@ class Options:
     with_speed: bool = True
     #: grade only these functions (None: all of the assignment's)
     only: Optional[list] = None
-    #: the trusted side's persistent JAX compilation cache (student code never sees it)
-    cache_dir: Optional[Path] = None
+    #: the trusted side's class-wide cache (None: none at all); see :func:`default_cache_dir`
+    cache_dir: Optional[Path] = field(default_factory=lambda: default_cache_dir())
     #: run student code in the sandbox (False only when the instructor said --no-isolation)
     isolation: bool = True
     #: the submission's folder is the student's own (nbgrader's submitted/<student>/<asg>/):
@@ -105,9 +105,30 @@ class Options:
             out.append("--no-isolation")
         if self.folder:
             out.append("--folder")
-        if self.cache_dir:
-            out += ["--cache-dir", str(Path(self.cache_dir).resolve())]
+        cache = cache_for(self)
+        if cache is not None:
+            out += ["--cache-dir", str(cache)]
         return out
+
+
+def default_cache_dir() -> Path:
+    """The trusted side's class-wide cache (JAX's compilation cache, verdicts of programs
+    already graded), the same from any working directory and any ``--out``:
+    ``$AUTOGRADER_CACHE_DIR``, else ``$XDG_CACHE_HOME/jax-scaling-course`` (``~/.cache/...``).
+    Student code never sees it: the sandbox does not mount the home folder."""
+    env = os.environ.get("AUTOGRADER_CACHE_DIR")
+    if env:
+        return Path(env).expanduser().resolve()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return (Path(base) / "jax-scaling-course").resolve()
+
+
+def cache_for(opts: "Options") -> Optional[Path]:
+    """Where this grading's trusted side caches: a run without isolation gets a cache of its
+    own (its student code ran unconfined and could have written there)."""
+    if opts.cache_dir is None:
+        return None
+    return Path(opts.cache_dir).resolve() / ("isolated" if opts.isolation else "no-isolation")
 
 
 class IsolationUnavailable(RuntimeError):
@@ -387,14 +408,23 @@ def grade_submission(submission: Path, opts: Optional[Options] = None, *,
     return res
 
 
-def warm_cache(cache_dir: Path, opts: Optional[Options] = None,
-               assignments: Optional[list[str]] = None) -> bool:
-    """Compile the jit baselines once into the trusted side's ``cache_dir`` (no student code),
-    so every trusted grader starts from a warm compilation cache."""
+def warm_cache(opts: Optional[Options] = None, assignments: Optional[list[str]] = None) -> bool:
+    """Compile the jit baselines once into the trusted side's cache (no student code), so
+    every trusted grader starts warm; a stamp (this grader's hash) makes it once per grader."""
+    import json
+
+    from .batch import grader_hash
+
     opts = opts or Options()
-    cache_dir = Path(cache_dir).resolve()
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "autograder.trusted", "--cache-dir", str(cache_dir)]
+    cache = cache_for(opts)
+    if cache is None:
+        return False
+    cache.mkdir(parents=True, exist_ok=True)
+    stamp = cache / f".warmed-{'speed' if opts.with_speed else 'nospeed'}"
+    want = json.dumps([grader_hash(), sorted(assignments or ["all"])])
+    if stamp.exists() and stamp.read_text() == want:
+        return True
+    cmd = [sys.executable, "-m", "autograder.trusted", "--cache-dir", str(cache)]
     for a in assignments or ["all"]:
         cmd += ["--warm", a]
     if not opts.with_speed:
@@ -405,4 +435,6 @@ def warm_cache(cache_dir: Path, opts: Optional[Options] = None,
                             preexec_fn=_preexec(opts.limits)).returncode
     except subprocess.TimeoutExpired:
         return False
+    if rc == 0:
+        stamp.write_text(want)
     return rc == 0

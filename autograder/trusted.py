@@ -37,12 +37,12 @@ def choose_problems(assignment: str | None, defined: list[str], path: Path):
 
 
 def enable_cache(cache_dir: str | None) -> None:
-    """JAX's persistent compilation cache, the trusted side's alone."""
+    """JAX's persistent compilation cache (``CACHE/xla``), the trusted side's alone."""
     if not cache_dir:
         return
     import jax
 
-    jax.config.update("jax_compilation_cache_dir", str(cache_dir))
+    jax.config.update("jax_compilation_cache_dir", str(Path(cache_dir) / "xla"))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 

@@ -1,7 +1,12 @@
 """Shared fixtures: 8 emulated devices before anything touches JAX, and fixture loading."""
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
+
+# The trusted side's class-wide cache: one per test session, never the user's own.
+os.environ.setdefault("AUTOGRADER_CACHE_DIR", tempfile.mkdtemp(prefix="autograder-cache-"))
 
 from autograder.devices import setup_devices
 

@@ -128,7 +128,7 @@ def _daemon():
             for _ in range(600):
                 for _p in ["{root}/tests/fixtures/class/src/body_ok.py",
                            "/opt/grader/autograder/registry.py", "/submission/x.py",
-                           "{base}/reports/.jax_cache/poison", "{base}/grades.csv",
+                           "{base}/cache/isolated/xla/poison", "{base}/grades.csv",
                            "{base}/reports/honest/ps1_sharding.json", "/tmp/home/x"]:
                     try:
                         open(_p, "a").write("# vandalised\\n")
@@ -216,7 +216,8 @@ def hostile_class(tmp_path_factory, listener):
     lim = Limits(per_function_s=40, load_s=60, statement_s=10, output_mb=4)
     t0 = time.monotonic()
     outcomes = grade_all(course, workers=2, out=base / "grades.csv",
-                         opts=Options(quick=True, with_speed=False, limits=lim),
+                         opts=Options(quick=True, with_speed=False, limits=lim,
+                                      cache_dir=base / "cache"),
                          progress=False)
     took = time.monotonic() - t0
     time.sleep(1.0)  # a surviving daemon would act now
@@ -250,6 +251,7 @@ def test_classmates_keep_their_grades_and_the_batch_finishes(hostile_class):
 
 def test_nothing_outside_the_sandbox_changed(hostile_class):
     assert hostile_class["unchanged"]
+    assert not (hostile_class["base"] / "cache" / "isolated" / "xla" / "poison").exists()
     reports = hostile_class["base"] / "reports"
     for student in hostile_class["table"]:
         rep = json.loads((reports / student / "ps1_sharding.json").read_text())
@@ -287,7 +289,8 @@ def test_resume_reuses_only_signed_reports(hostile_class):
     path.write_text(json.dumps(rep))
     lim = Limits(per_function_s=40, load_s=60, statement_s=10, output_mb=4)
     outcomes = grade_all(base / "course", workers=2, out=base / "grades.csv",
-                         opts=Options(quick=True, with_speed=False, limits=lim),
+                         opts=Options(quick=True, with_speed=False, limits=lim,
+                                      cache_dir=base / "cache"),
                          progress=False)
     by = {o.item.student: o for o in outcomes}
     assert not by["forger"].skipped and by["forger"].report["score"] == 6.0
