@@ -91,8 +91,11 @@ def load_artifact(reply: Optional[ExportReply], request: ExportRequest) -> Artif
 
 
 class Exporter(Protocol):
-    def export(self, requests: list[ExportRequest], timeout: float) -> dict[int, ExportReply]:
-        """Replies by request id (missing ids: no answer in time)."""
+    def export(self, requests: list[ExportRequest], timeout: float,
+               on_reply: Optional[Callable[[ExportReply], None]] = None
+               ) -> dict[int, ExportReply]:
+        """Replies by request id (missing ids: no answer in time); ``on_reply`` is called with
+        each reply as it arrives, so that its program compiles while the others export."""
 
 
 class LocalExporter:
@@ -109,7 +112,7 @@ class LocalExporter:
     def of(cls, name: str, fn, per_request_s: float | None = None) -> "LocalExporter":
         return cls({name: fn} if callable(fn) else {}, per_request_s)
 
-    def export(self, requests, timeout=None):
+    def export(self, requests, timeout=None, on_reply=None):
         from .loader import time_limit
         from .meshes import make_mesh
 
@@ -126,6 +129,8 @@ class LocalExporter:
                     out[r.id] = export_one(fn, r, make_mesh)
                 if out[r.id].error and "timed out after" in out[r.id].error:
                     hung = out[r.id].error
+            if on_reply is not None:
+                on_reply(out[r.id])
         return out
 
 
@@ -278,14 +283,18 @@ class SandboxExporter:
         except (BrokenPipeError, OSError):
             pass
 
-    def export(self, requests, timeout=120.0):
-        """Replies for ``requests`` (sent now unless :meth:`submit` sent them already)."""
+    def export(self, requests, timeout=120.0, on_reply=None):
+        """Replies for ``requests`` (sent now unless :meth:`submit` sent them already);
+        ``on_reply`` sees each as it arrives."""
         if self.box is None:
             return {r.id: ExportReply.of(r.id, error="the submission could not be loaded")
                     for r in requests}
         self.submit(requests)
         want = {r.id for r in requests}
         out = {i: self.replies.pop(i) for i in list(want) if i in self.replies}
+        for rec in out.values():
+            if on_reply is not None:
+                on_reply(rec)
         try:
             if len(out) < len(want):
                 for line in self._lines(time.monotonic() + timeout):
@@ -298,6 +307,8 @@ class SandboxExporter:
                     del self.pending[rec.id]
                     if rec.id in want:
                         out[rec.id] = rec
+                        if on_reply is not None:
+                            on_reply(rec)
                     else:
                         self.replies[rec.id] = rec
                     if len(out) == len(want):

@@ -196,6 +196,8 @@ class Result(Record):
     TYPE: ClassVar[str] = "result"
     function: str
     checks: list
+    #: the verdict of an identical program graded earlier in this run (see autograder.reuse)
+    reused: bool = False
 
 
 @dataclass(frozen=True)

@@ -35,12 +35,19 @@ def failed(name: str, message: str) -> CheckResult:
     return CheckResult(name, False, message)
 
 
+#: how a report marks a verdict reused from an identical program
+REUSED_NOTE = ("  (its programs are identical to ones already graded in this run, on the same "
+               "inputs: that verdict is reused)")
+
+
 @dataclass
 class FunctionResult:
     name: str
     max_score: float
     checks: list[CheckResult] = field(default_factory=list)
     weights: dict[str, float] = field(default_factory=dict)
+    #: the verdict of an identical program graded earlier in the same run, reused
+    reused: bool = False
 
     @property
     def score(self) -> float:
@@ -55,14 +62,18 @@ class FunctionResult:
         return round(self.max_score * got / total, 4)
 
     def to_dict(self) -> dict:
-        return {
+        d = {
             "score": self.score,
             "max_score": self.max_score,
             "checks": [c.to_dict() for c in self.checks],
         }
+        if self.reused:
+            d["reused"] = True
+        return d
 
     def report(self) -> str:
-        lines = [f"{self.name}: {self.score:g} / {self.max_score:g}"]
+        lines = [f"{self.name}: {self.score:g} / {self.max_score:g}"
+                 + (REUSED_NOTE if self.reused else "")]
         for c in self.checks:
             mark = "PASS" if c.passed else "FAIL"
             msg = c.message.replace("\n", "\n        ")

@@ -63,6 +63,46 @@ class Limits:
             return self.per_submission_s
         return self.load_s + self.per_function_s * max(1, n_functions) + 30.0
 
+    def to_dict(self) -> dict:
+        from dataclasses import asdict
+
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Limits":
+        """The limits of ``to_dict``; unknown fields and mistyped values are a ValueError."""
+        return cls(**cls._checked(d))
+
+    @classmethod
+    def _checked(cls, d) -> dict:
+        """``d``'s fields, checked against this dataclass's annotations (loosely: an int is
+        a float, None only where Optional)."""
+        from dataclasses import fields
+
+        if not isinstance(d, dict):
+            raise ValueError(f"{cls.__name__}: expected a dict, found {type(d).__name__}")
+        known = {f.name: str(f.type) for f in fields(cls)}
+        unknown = sorted(set(d) - set(known))
+        if unknown:
+            raise ValueError(f"{cls.__name__}: unknown field(s) {unknown}")
+        kinds = {"bool": (bool,), "int": (int,), "float": (int, float), "str": (str,),
+                 "list": (list, tuple), "Path": (str,), "Limits": (dict,)}
+        out = {}
+        for name, value in d.items():
+            ann = known[name]
+            if value is None:
+                if "Optional" not in ann:
+                    raise ValueError(f"{cls.__name__}.{name}: may not be None")
+                out[name] = None
+                continue
+            base = ann.replace("Optional[", "").rstrip("]")
+            ok = kinds.get(base, (object,))
+            if not isinstance(value, ok) or (isinstance(value, bool) and bool not in ok):
+                raise ValueError(f"{cls.__name__}.{name}: expected {base}, "
+                                 f"found {type(value).__name__}")
+            out[name] = float(value) if base == "float" else value
+        return out
+
 
 @dataclass
 class Options:
@@ -109,6 +149,30 @@ class Options:
         if cache is not None:
             out += ["--cache-dir", str(cache)]
         return out
+
+    def to_dict(self) -> dict:
+        """Plain data (JSON-able): ``cache_dir`` as a string or None, the limits as a dict."""
+        return {"assignment": self.assignment, "quick": self.quick, "seed": self.seed,
+                "with_speed": self.with_speed,
+                "only": None if self.only is None else list(self.only),
+                "cache_dir": None if self.cache_dir is None else str(self.cache_dir),
+                "isolation": self.isolation, "folder": self.folder,
+                "limits": self.limits.to_dict()}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Options":
+        """The options of ``to_dict``; unknown fields and mistyped values are a ValueError.
+        A field left out takes its default (``cache_dir``: this machine's own cache)."""
+        kw = Limits._checked.__func__(cls, d)
+        if kw.get("only") is not None:
+            if not all(isinstance(n, str) for n in kw["only"]):
+                raise ValueError("Options.only: expected a list of function names")
+            kw["only"] = list(kw["only"])
+        if kw.get("cache_dir") is not None:
+            kw["cache_dir"] = Path(kw["cache_dir"])
+        if "limits" in kw:
+            kw["limits"] = Limits.from_dict(kw["limits"])
+        return cls(**kw)
 
 
 def default_cache_dir() -> Path:
@@ -304,12 +368,13 @@ def _problems_for(assignment: Optional[str]):
     return registry.problems(assignment) if assignment else registry.problems()
 
 
-def _scored(name: str, checks: list[CheckResult]) -> FunctionResult:
+def _scored(name: str, checks: list[CheckResult], reused: bool = False) -> FunctionResult:
     """A function's result scored with this process's registry: its points, its weights."""
     from . import registry
 
     prob = registry.get(name)
-    return FunctionResult(name, float(prob.points), checks, weights=dict(prob.weights))
+    return FunctionResult(name, float(prob.points), checks, weights=dict(prob.weights),
+                          reused=bool(reused))
 
 
 def _zero(prob, why: str, check: str = "numerics") -> FunctionResult:
@@ -367,7 +432,7 @@ def grade_submission(submission: Path, opts: Optional[Options] = None, *,
                     except ValueError as e:
                         notes.append(f"the grader sent a malformed result ({e})")
                         continue
-                    results[rec.function] = _scored(rec.function, checks)
+                    results[rec.function] = _scored(rec.function, checks, rec.reused)
             if run.stopped is None:
                 break
             if log is not None:

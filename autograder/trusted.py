@@ -15,7 +15,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
+
+_T0 = time.perf_counter()
 
 
 def choose_problems(assignment: str | None, defined: list[str], path: Path):
@@ -43,25 +46,27 @@ def enable_cache(cache_dir: str | None) -> None:
     import jax
 
     jax.config.update("jax_compilation_cache_dir", str(Path(cache_dir) / "xla"))
+    from . import grading
+
+    grading.CACHE_DIR = Path(cache_dir)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
 def warm(assignments: list[str], *, with_speed: bool) -> None:
-    """Compile every jit baseline at the sizes the memory and speed checks use."""
+    """Compile every jit baseline of the speed check (into the persistent cache), and keep
+    its partitioned module for the TPU model."""
     from . import grading, registry
 
+    if not with_speed:
+        return
     for p in registry.problems():
         if (assignments and p.assignment not in assignments) or p.baseline is None:
             continue
         plan = grading.Plan(p, 0, False, True, grading.current_platform())
-        sizes = (["memory"] if p.memory_bound is not None else []) + (
-            ["speed"] if with_speed else [])
-        for size in sizes:
-            layout, case = plan.big(size)
-            mesh = grading.make_mesh(*layout)
-            args = grading._place(p, case, mesh)
-            grading.compile_for(p, p.baseline, mesh, args, baseline=True)
+        layout, case = plan.big("speed")
+        mesh = grading.make_mesh(*layout)
+        grading.baseline_program(p, layout, case, mesh, grading._place(p, case, mesh))
 
 
 def exporter_for(a):
@@ -83,9 +88,13 @@ def exporter_for(a):
 def run(a, send, exporter) -> None:
     from . import grading
     from .records import Done, Plan, Result, Start
+    from .reuse import VerdictStore
+
+    from .timing import phase
 
     work = Path(a.submission).resolve()
-    exporter.start()
+    with phase("wait for the worker to load the submission"):
+        exporter.start()
     try:
         assignment, probs = choose_problems(a.assignment, exporter.defined, work)
         if a.only:
@@ -98,16 +107,20 @@ def run(a, send, exporter) -> None:
                                           with_speed=not a.no_speed, id_base=base))
             base += 10_000
         defined = [p.name in exporter.defined for p in probs]
+        store = VerdictStore(Path(a.cache_dir) / "verdicts") if a.cache_dir else None
+        if store is not None and a.seed is None:
+            store = None  # a seed of its own: nothing graded before shares its inputs
+        # Every request at once: the worker exports back to back while this side compiles
+        # and runs what has arrived (replies wait here until their function's turn).
+        for p, plan in zip(probs, plans, strict=True):
+            if p.name in exporter.defined:
+                exporter.submit(plan.all_requests())
         for i, (p, plan) in enumerate(zip(probs, plans, strict=True)):
             send(Start(p.name))
-            if defined[i]:
-                exporter.submit(plan.all_requests())
-            if i + 1 < len(probs) and defined[i + 1]:
-                exporter.submit(plans[i + 1].all_requests())  # exported while this one runs
             r = grading.grade_function(p, exporter if defined[i] else None, plan=plan,
                                        export_timeout=a.export_timeout,
-                                       with_speed=not a.no_speed)
-            send(Result(p.name, [c.to_dict() for c in r.checks]))
+                                       with_speed=not a.no_speed, store=store)
+            send(Result(p.name, [c.to_dict() for c in r.checks], reused=r.reused))
         send(Done())
     finally:
         exporter.close()
@@ -156,7 +169,12 @@ def main(argv=None) -> int:
     if a.warm is not None:
         warm([w for w in a.warm if w != "all"], with_speed=not a.no_speed)
         return 0
-    run(a, send, exporter)
+    from . import timing
+
+    timing.add("start (this process and JAX)", time.perf_counter() - _T0)
+    with timing.phase("grading"):
+        run(a, send, exporter)
+    timing.write(a.assignment or Path(a.submission).stem)
     return 0
 
 

@@ -1,6 +1,6 @@
 """How long one complete correct submission takes to grade, through the trusted pipeline.
 
-    python benchmarks/bench_submission.py [--runs 1] [--no-speed] [--no-isolation]
+    python benchmarks/bench_submission.py [--runs 1] [--no-speed] [--no-isolation] [--breakdown]
 
 Grades the reference answers of every assignment (``solutions/<assignment>.py``) exactly as
 ``python -m autograder grade`` does (a supervisor, the trusted grader, the sandboxed worker), one
@@ -11,8 +11,12 @@ submission in at most 50 s on an idle 2-core machine.
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
+import tempfile
 import time
+from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,8 +31,12 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--no-speed", action="store_true")
     ap.add_argument("--no-isolation", action="store_true")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="also print where the trusted graders' seconds went (summed)")
     a = ap.parse_args(argv)
     ok = True
+    trace = Path(tempfile.mkdtemp(prefix="bench-")) / "timings.jsonl"
+    os.environ["AUTOGRADER_TIMINGS"] = str(trace)
     for run in range(a.runs):
         total = 0.0
         for asg in registry.assignments():
@@ -44,6 +52,14 @@ def main(argv=None) -> int:
             print(f"run {run + 1}  {asg:24s} {secs:6.1f} s  {res.score:g}/{res.max_score:g}"
                   + (f"  FAILED: {', '.join(failed)}" if failed else ""), flush=True)
         print(f"run {run + 1}  complete submission      {total:6.1f} s", flush=True)
+    if a.breakdown and trace.exists():
+        sums: dict = defaultdict(float)
+        for line in trace.read_text().splitlines():
+            for k, v in json.loads(line)["phases"].items():
+                sums[k] += v / a.runs
+        print("\nper complete submission, summed over its trusted graders (phases nest):")
+        for k, v in sorted(sums.items(), key=lambda kv: -kv[1]):
+            print(f"  {k:45s} {v:6.1f} s")
     return 0 if ok else 1
 
 

@@ -37,19 +37,19 @@ def _set_persistent_cache(on: bool) -> None:
         pass
 
 
-def partitioned_hlo(fn, args, *, static_argnums=(), out_shardings=None) -> str:
-    """The per-device HLO text of ``jax.jit(fn)(*args)`` right after SPMD partitioning."""
+def compile_partitioned(lowered, compiler_options: Optional[dict] = None):
+    """Compile ``lowered`` and also return the per-device HLO text right after SPMD
+    partitioning: ``(compiled, text)``. The dump costs no second compile."""
     import jax
 
-    kw = {} if out_shardings is None else {"out_shardings": out_shardings}
-    lowered = jax.jit(fn, static_argnums=static_argnums, **kw).lower(*args)
     d = tempfile.mkdtemp(prefix="tpumodel-")
     # A persistent-cache hit skips XLA's passes, and with them the dump: compile afresh.
     cache_was_on = jax.config.jax_enable_compilation_cache
     _set_persistent_cache(False)
     try:
-        lowered.compile(compiler_options={"xla_dump_to": d, "xla_dump_hlo_pass_re": _PASS_RE,
-                                          "xla_dump_hlo_as_text": True})
+        compiled = lowered.compile(compiler_options={
+            **(compiler_options or {}), "xla_dump_to": d, "xla_dump_hlo_pass_re": _PASS_RE,
+            "xla_dump_hlo_as_text": True})
         files = sorted(glob.glob(os.path.join(d, "*after_spmd-partitioning*.txt")))
         if not files:
             files = sorted(glob.glob(os.path.join(d, "*before_optimizations.txt")))
@@ -57,10 +57,19 @@ def partitioned_hlo(fn, args, *, static_argnums=(), out_shardings=None) -> str:
             raise ModelError("XLA did not dump the partitioned module")
         # the last module compiled is ours (earlier ones may be helper computations)
         with open(files[-1], encoding="utf-8") as fh:
-            return fh.read()
+            return compiled, fh.read()
     finally:
         _set_persistent_cache(cache_was_on)
         shutil.rmtree(d, ignore_errors=True)
+
+
+def partitioned_hlo(fn, args, *, static_argnums=(), out_shardings=None) -> str:
+    """The per-device HLO text of ``jax.jit(fn)(*args)`` right after SPMD partitioning."""
+    import jax
+
+    kw = {} if out_shardings is None else {"out_shardings": out_shardings}
+    lowered = jax.jit(fn, static_argnums=static_argnums, **kw).lower(*args)
+    return compile_partitioned(lowered)[1]
 
 
 @dataclass
@@ -109,13 +118,14 @@ def _problem(problem):
     return problem
 
 
-def compare(problem, fn, mesh, args, *, chip=None,
-            program=False) -> tuple[Modeled, Modeled]:
+def compare(problem, fn, mesh, args, *, chip=None, program=False,
+            texts: Optional[tuple[str, str]] = None) -> tuple[Modeled, Modeled]:
     """(student, baseline) models for a registry problem on placed ``args``.
 
     ``fn`` is the student's function (called with the mesh and the static values), or, with
     ``program=True``, an already bound program of the array arguments alone (the grader passes
-    a deserialized ``jax.export`` artifact's ``call``)."""
+    a deserialized ``jax.export`` artifact's ``call``). ``texts``: the two partitioned modules,
+    already dumped (see :func:`compile_partitioned`); ``fn`` and ``args`` are then unused."""
     from jax.sharding import NamedSharding
 
     problem = _problem(problem)
@@ -123,6 +133,10 @@ def compare(problem, fn, mesh, args, *, chip=None,
         raise ModelError(f"{problem.name} has no jit baseline to compare with")
     bind = (lambda f: functools.partial(f, mesh=mesh)) if problem.uses_mesh else (lambda f: f)
     geo_mesh = mesh if problem.uses_mesh else None
+    if texts is not None:
+        shape, names = _mesh_geometry(geo_mesh)
+        return (model_hlo(texts[0], shape, names, chip=chip, name="student"),
+                model_hlo(texts[1], shape, names, chip=chip, name="jit baseline"))
     if program:
         dynamic = [a for a, s in zip(args, problem.in_specs, strict=True) if s is not None]
         st = model_function(fn, dynamic, geo_mesh, chip=chip, name="student")
@@ -140,14 +154,15 @@ def modeled_threshold(problem) -> float:
     return problem.threshold("tpu_model")
 
 
-def grading_modeler(problem, fn, mesh, args, *, chip=None, program=False) -> dict:
+def grading_modeler(problem, fn, mesh, args, *, chip=None, program=False,
+                    texts: Optional[tuple[str, str]] = None) -> dict:
     """The ``modeler`` hook of :func:`autograder.grading.grade_function`.
 
     Returns ``{'chip', 'student_us', 'baseline_us', 'ratio', 'threshold'}``, or
     ``{'note': ...}`` when the program cannot be modeled (the check then uses wall-clock).
     """
     try:
-        st, base = compare(problem, fn, mesh, args, chip=chip, program=program)
+        st, base = compare(problem, fn, mesh, args, chip=chip, program=program, texts=texts)
     except ModelError as e:
         return {"note": f"the TPU model could not handle this program ({e}); judged on "
                         "wall-clock instead"}
