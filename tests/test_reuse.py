@@ -1,0 +1,161 @@
+"""Identical programs are graded once per run (autograder/reuse.py), and only identical ones.
+
+The canonical form must not see what a student may change without changing the program (names,
+comments, helpers, the file), and must see everything else; a reused verdict must be exactly the
+verdict grading would have given, and the report says it was reused.
+"""
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from autograder import grading, registry
+from autograder.artifacts import LocalExporter, load_artifact
+from autograder.batch import grade_all
+from autograder.reuse import VerdictStore, artifact_digest, canonical, function_key
+from autograder.sandbox import Limits, Options
+
+ROOT = Path(__file__).resolve().parent.parent
+
+ROLL_A = '''
+import jax, jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
+
+def roll_diff(A, shift, mesh):
+    def body(block):
+        return jnp.roll(block, shift, axis=0) - block
+    return jax.shard_map(body, mesh=mesh, in_specs=P('X', 'Y'), out_specs=P('X', 'Y'))(A)
+'''
+
+# the same program: other names, a comment, a helper of its own, imports spelled differently
+ROLL_A_REWORDED = '''
+import jax
+from jax import numpy as np_
+from jax.sharding import PartitionSpec
+
+SPEC = PartitionSpec('X', 'Y')
+
+def _shifted_minus(chunk, k):
+    # roll my rows, then subtract what I had
+    moved = np_.roll(chunk, k, axis=0)
+    return moved - chunk
+
+def roll_diff(A, shift, mesh):
+    return jax.shard_map(lambda c: _shifted_minus(c, shift), mesh=mesh, in_specs=SPEC,
+                         out_specs=SPEC)(A)
+'''
+
+# a different program with the same answer: slices and a concatenate, by hand
+ROLL_B = '''
+import jax, jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
+
+def roll_diff(A, shift, mesh):
+    def body(block):
+        k = shift % block.shape[0]
+        rolled = jnp.concatenate([block[block.shape[0] - k:], block[:block.shape[0] - k]])
+        return rolled - block
+    return jax.shard_map(body, mesh=mesh, in_specs=P('X', 'Y'), out_specs=P('X', 'Y'))(A)
+'''
+
+
+def _functions(src: str) -> dict:
+    ns: dict = {}
+    exec(compile(src, "<submission>", "exec"), ns)
+    return ns
+
+
+def _key(src: str, seed: int = 7, with_speed: bool = False) -> str:
+    prob = registry.get("roll_diff")
+    plan = grading.plan_for(prob, seed=seed, quick=True, with_speed=with_speed)
+    reqs = plan.all_requests()
+    replies = LocalExporter.of("roll_diff", _functions(src)["roll_diff"]).export(reqs, 60)
+    digests = [(r, artifact_digest(load_artifact(replies[r.id], r))) for r in reqs]
+    return function_key(plan, digests, options={"speed": with_speed})
+
+
+def test_a_reworded_program_has_the_same_key():
+    assert _key(ROLL_A) == _key(ROLL_A_REWORDED)
+
+
+def test_a_different_program_has_another_key():
+    assert _key(ROLL_A) != _key(ROLL_B)
+
+
+def test_other_inputs_or_options_give_another_key():
+    assert _key(ROLL_A, seed=7) != _key(ROLL_A, seed=8)
+    assert _key(ROLL_A, with_speed=False) != _key(ROLL_A, with_speed=True)
+
+
+def test_canonical_keeps_the_program_and_drops_names():
+    text = '''module @jit_alpha {
+  func.func public @main(%arg0: tensor<4xf32> loc("x")) -> tensor<4xf32> {
+    %0 = call @helper_by_alice(%arg0) : (tensor<4xf32>) -> tensor<4xf32> loc("file.py":3:1)
+    return %0 : tensor<4xf32>
+  }
+  func.func private @helper_by_alice(%arg0: tensor<4xf32>) -> tensor<4xf32> {
+    %0 = stablehlo.add %arg0, %arg0 : tensor<4xf32>
+    return %0 : tensor<4xf32>
+  }
+}'''
+    other = (text.replace("jit_alpha", "jit_beta").replace("helper_by_alice", "h")
+             .replace('loc("file.py":3:1)', 'loc("elsewhere.py":9:4)'))
+    changed = text.replace("stablehlo.add", "stablehlo.multiply")
+    assert canonical(text) == canonical(other)
+    assert canonical(text) != canonical(changed)
+    assert "alice" not in canonical(text) and "file.py" not in canonical(text)
+
+
+def test_store_round_trip_and_absent_keys(tmp_path):
+    store = VerdictStore(tmp_path)
+    assert store.get("ab" * 32) is None
+    store.put("ab" * 32, [{"name": "numerics", "passed": True, "message": "ok"}])
+    assert store.get("ab" * 32) == [{"name": "numerics", "passed": True, "message": "ok"}]
+    assert VerdictStore(None).get("ab" * 32) is None
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+    """One class graded twice with the same seed: with the verdict store, and without it."""
+    base = tmp_path_factory.mktemp("reuse")
+    sol = (ROOT / "solutions" / "ps1_sharding.py").read_text()
+    averages = sol.split("def roll_diff")[0]
+    students = {"first": averages + ROLL_A, "reworded": averages + ROLL_A_REWORDED,
+                "different": averages + ROLL_B, "again": averages + ROLL_A}
+    for name, src in students.items():
+        d = base / "course" / "submitted" / name / "ps1_sharding"
+        d.mkdir(parents=True)
+        (d / "ps1_sharding.py").write_text(src)
+    lim = Limits(per_function_s=60, load_s=60, statement_s=10)
+    runs = {}
+    for label, cache in (("shared", base / "cache"), ("alone", None)):
+        opts = Options(quick=True, with_speed=False, seed=1234, limits=lim, cache_dir=cache)
+        outs = grade_all(base / "course", workers=1, out=base / label / "grades.csv",
+                         opts=opts, progress=False, warm=False)
+        runs[label] = {o.item.student: o.report for o in outs}
+    return runs
+
+
+def _verdicts(report) -> dict:
+    return {(f, c["name"]): c["passed"] for f, fr in report["functions"].items()
+            for c in fr["checks"]}
+
+
+def test_reused_verdicts_equal_fresh_ones(two_runs):
+    for student, report in two_runs["shared"].items():
+        assert _verdicts(report) == _verdicts(two_runs["alone"][student]), student
+        assert report["score"] == two_runs["alone"][student]["score"] == 10.0
+
+
+def test_only_identical_programs_are_reused(two_runs):
+    shared = two_runs["shared"]
+    reused = {s: [f for f, fr in r["functions"].items() if fr.get("reused")]
+              for s, r in shared.items()}
+    # graded in name order: again, different, first, reworded
+    assert reused["again"] == []
+    assert reused["different"] == ["shard_average_jit", "shard_average_shard_map"]
+    assert reused["first"] == ["shard_average_jit", "shard_average_shard_map", "roll_diff"]
+    assert reused["reworded"] == ["shard_average_jit", "shard_average_shard_map", "roll_diff"]
+    assert not any(fr.get("reused") for r in two_runs["alone"].values()
+                   for fr in r["functions"].values())
