@@ -6,7 +6,8 @@ be the course root or its ``submitted`` folder) or a flat folder of notebooks / 
 when it contains one, otherwise guessed from the functions the file defines).
 
 Every submission is graded in its own isolated worker process (:mod:`autograder.sandbox`); up to
-``--workers`` run at once. Results go to
+``--workers`` run at once, or, with ``--scheduler tcp://host:8786``, each is a task on a Dask
+cluster (:mod:`autograder.cluster`; the same isolation on the worker). Results go to
 
 * ``reports/<student>/<assignment>.json``: one submission's full report plus a fingerprint of
   the file, the grader's own files and the grading options, signed with a key kept beside the
@@ -22,6 +23,7 @@ baselines), which student code never sees either.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import functools
 import hashlib
 import hmac
@@ -182,19 +184,24 @@ class Outcome:
     seconds: float = 0.0
 
 
-def grade_one(item: Item, opts, reports: Path, key: bytes, *, force: bool = False,
-              seed: Optional[int] = None) -> Outcome:
-    """Grade ``item`` (or reuse its verified report). ``seed``: the run's secret seed, shared
-    by every submission of the run, so that identical programs are graded once."""
-    from .sandbox import grade_submission
+def _report_path(item: Item, reports: Path) -> Path:
+    return reports / _slug(item.student) / f"{_slug(item.assignment or item.path.stem)}.json"
 
-    out = reports / _slug(item.student) / f"{_slug(item.assignment or item.path.stem)}.json"
-    fp = fingerprint(item, opts)
-    if not force and out.exists():
+
+def _reuse(item: Item, fp: str, reports: Path, key: bytes) -> Optional[Outcome]:
+    """The submission's report from an earlier run, if signed by us for this exact
+    submission, grader and options (``fp``)."""
+    out = _report_path(item, reports)
+    if out.exists():
         old = verified(out, fp, key)
         if old is not None:
             return Outcome(item, old, skipped=True)
-    t0 = time.monotonic()
+    return None
+
+
+def _options_for(item: Item, opts, seed: Optional[int]):
+    """The options one submission is graded with: its assignment, its folder, the run's
+    seed (unless the instructor fixed one)."""
     import copy
 
     o = copy.copy(opts)
@@ -202,17 +209,47 @@ def grade_one(item: Item, opts, reports: Path, key: bytes, *, force: bool = Fals
     o.folder = item.own_folder
     if o.seed is None:
         o.seed = seed
-    res = grade_submission(item.path, o)
-    secs = time.monotonic() - t0
-    rep = {"student": item.student, "assignment": res.assignment or item.assignment,
-           "submission": str(item.path), "fingerprint": fp, "seconds": round(secs, 2),
-           **res.to_dict()}
+    return o
+
+
+def _write_report(item: Item, res: dict, seconds: float, fp: str, key: bytes, reports: Path,
+                  **extra) -> Outcome:
+    """Sign and write the report of a grading (``res``: ``SubmissionResult.to_dict()``); only
+    this process does, wherever the grading ran."""
+    rep = {"student": item.student, "assignment": res.get("assignment") or item.assignment,
+           "submission": str(item.path), "fingerprint": fp, "seconds": round(seconds, 2),
+           **extra, **res}
     rep["signature"] = sign(rep, key)
+    out = _report_path(item, reports)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(rep, indent=2))
     os.replace(tmp, out)
-    return Outcome(item, rep, seconds=secs)
+    return Outcome(item, rep, seconds=seconds)
+
+
+def _not_graded(item: Item, error: str) -> Outcome:
+    """The outcome of a submission the grader itself failed on (no report: a later run tries
+    again)."""
+    return Outcome(item, {"student": item.student, "assignment": item.assignment,
+                          "submission": str(item.path), "score": 0.0, "max_score": 0.0,
+                          "functions": {}, "error": error})
+
+
+def grade_one(item: Item, opts, reports: Path, key: bytes, *, force: bool = False,
+              seed: Optional[int] = None) -> Outcome:
+    """Grade ``item`` (or reuse its verified report). ``seed``: the run's secret seed, shared
+    by every submission of the run, so that identical programs are graded once."""
+    from .sandbox import grade_submission
+
+    fp = fingerprint(item, opts)
+    if not force:
+        old = _reuse(item, fp, reports, key)
+        if old is not None:
+            return old
+    t0 = time.monotonic()
+    res = grade_submission(item.path, _options_for(item, opts, seed))
+    return _write_report(item, res.to_dict(), time.monotonic() - t0, fp, key, reports)
 
 
 def write_outputs(outcomes: list[Outcome], csv_path: Path, reports: Path) -> None:
@@ -252,7 +289,11 @@ def write_outputs(outcomes: list[Outcome], csv_path: Path, reports: Path) -> Non
 
 def grade_all(root: Path, *, workers: int = 1, out: Optional[Path] = None,
               reports: Optional[Path] = None, force: bool = False, opts=None,
-              progress: bool = True, warm: bool = True) -> list[Outcome]:
+              progress: bool = True, warm: bool = True,
+              scheduler: Optional[str] = None) -> list[Outcome]:
+    """Grade every submission under ``root``: here, ``workers`` at a time, or, given a Dask
+    ``scheduler`` address, as tasks on that cluster (:mod:`autograder.cluster`; ``workers``
+    is then unused). Either way this process alone writes the reports and the CSV."""
     from .sandbox import Options, warm_cache
 
     opts = opts or Options()
@@ -261,7 +302,7 @@ def grade_all(root: Path, *, workers: int = 1, out: Optional[Path] = None,
     out = Path(out) if out else Path("grades.csv")
     reports = Path(reports) if reports else out.parent / "reports"
     reports.mkdir(parents=True, exist_ok=True)
-    if warm and items:
+    if warm and items and not scheduler:
         warm_cache(opts)
     outcomes: list[Outcome] = []
     lock = threading.Lock()
@@ -273,33 +314,66 @@ def grade_all(root: Path, *, workers: int = 1, out: Optional[Path] = None,
             bar = tqdm(total=len(items), unit="submission", desc="grading", file=sys.stderr)
         except ImportError:  # pragma: no cover
             bar = None
+
+    def record(o: Outcome) -> None:
+        with lock:
+            outcomes.append(o)
+            write_outputs(outcomes, out, reports)  # progress survives an interruption
+        if bar is not None:
+            bar.set_postfix_str(f"{o.item.key}: {o.report.get('score', 0):g}/"
+                                f"{o.report.get('max_score', 0):g}"
+                                + (" (done before)" if o.skipped else ""))
+            bar.update(1)
+
     # One secret seed for the whole run (unless the instructor fixed one): every submission
     # is graded on the same unpredictable inputs, and identical programs are graded once.
     run_seed = secrets.randbits(63)
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        key = report_key(reports)
-        futs = {pool.submit(grade_one, it, opts, reports, key, force=force, seed=run_seed): it
-                for it in items}
-        for fut in as_completed(futs):
-            it = futs[fut]
-            try:
-                o = fut.result()
-            except Exception as e:  # noqa: BLE001 - the grader itself failed on this one
-                o = Outcome(it, {"student": it.student, "assignment": it.assignment,
-                                 "submission": str(it.path), "score": 0.0, "max_score": 0.0,
-                                 "functions": {}, "error": f"{type(e).__name__}: {e}"})
-            with lock:
-                outcomes.append(o)
-                write_outputs(outcomes, out, reports)  # progress survives an interruption
-            if bar is not None:
-                bar.set_postfix_str(f"{it.key}: {o.report.get('score', 0):g}/"
-                                    f"{o.report.get('max_score', 0):g}"
-                                    + (" (done before)" if o.skipped else ""))
-                bar.update(1)
-    if bar is not None:
-        bar.close()
+    key = report_key(reports)
+    try:
+        if scheduler:
+            _grade_on_cluster(items, opts, reports, key, scheduler, force=force, seed=run_seed,
+                              record=record)
+        else:
+            with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+                futs = {pool.submit(grade_one, it, opts, reports, key, force=force,
+                                    seed=run_seed): it for it in items}
+                for fut in as_completed(futs):
+                    it = futs[fut]
+                    try:
+                        o = fut.result()
+                    except Exception as e:  # noqa: BLE001 - the grader itself failed here
+                        o = _not_graded(it, f"{type(e).__name__}: {e}")
+                    record(o)
+    finally:
+        if bar is not None:
+            bar.close()
     write_outputs(outcomes, out, reports)
     return outcomes
+
+
+def _grade_on_cluster(items: list[Item], opts, reports: Path, key: bytes, scheduler: str, *,
+                      force: bool, seed: int, record) -> None:
+    """The cluster path of :func:`grade_all`: reports reused here, the rest graded as Dask
+    tasks, each result signed and written here as it arrives."""
+    from .cluster import grade_on_cluster
+
+    todo: list[Item] = []
+    fps: dict[Item, str] = {}
+    for it in items:
+        fps[it] = fingerprint(it, opts)
+        old = None if force else _reuse(it, fps[it], reports, key)
+        if old is not None:
+            record(old)
+        else:
+            todo.append(it)
+    if not todo:
+        return
+    for it, got in grade_on_cluster(todo, opts, scheduler, seed=seed):
+        if got.error is not None or got.result is None:
+            record(_not_graded(it, got.error or "no result"))
+        else:
+            record(_write_report(it, got.result, got.seconds, fps[it], key, reports,
+                                 worker=f"{got.hostname} ({got.worker})"))
 
 
 def add_parser(sub) -> None:
@@ -324,6 +398,10 @@ def add_parser(sub) -> None:
     g.add_argument("--cache-dir", help="the trusted side's class-wide cache (default: "
                    "$AUTOGRADER_CACHE_DIR or ~/.cache/jax-scaling-course)")
     g.add_argument("--no-progress", action="store_true")
+    g.add_argument("--scheduler", metavar="ADDRESS",
+                   help="grade on a Dask cluster: its scheduler's address, like "
+                   "tcp://host:8786 (the workers need this package and bubblewrap installed; "
+                   "reports and the CSV are written here)")
     g.set_defaults(func=_cmd)
 
 
@@ -341,14 +419,30 @@ def _cmd(a) -> int:
                    isolation=not a.no_isolation)
     if a.cache_dir:
         opts.cache_dir = Path(a.cache_dir)
+    if a.scheduler:
+        from .cluster import ClusterUnavailable, require_distributed
+
+        try:
+            require_distributed()
+        except ClusterUnavailable as e:
+            print(e, file=sys.stderr)
+            return 2
     try:
-        check_options(opts)
+        # on a cluster, each worker checks that it can isolate student code (this machine
+        # runs none)
+        check_options(dataclasses.replace(opts, isolation=False) if a.scheduler else opts)
     except (ValueError, IsolationUnavailable) as e:
         return refuse(e)
     t0 = time.monotonic()
-    outcomes = grade_all(root, workers=a.workers, out=Path(a.out),
-                         reports=Path(a.reports) if a.reports else None, force=a.force,
-                         opts=opts, progress=not a.no_progress)
+    try:
+        outcomes = grade_all(root, workers=a.workers, out=Path(a.out),
+                             reports=Path(a.reports) if a.reports else None, force=a.force,
+                             opts=opts, progress=not a.no_progress, scheduler=a.scheduler)
+    except (OSError, TimeoutError) as e:
+        if not a.scheduler:
+            raise
+        print(f"cannot reach the Dask scheduler at {a.scheduler}: {e}", file=sys.stderr)
+        return 2
     graded = [o for o in outcomes if not o.skipped]
     print(f"{len(outcomes)} submission(s): {len(graded)} graded, "
           f"{len(outcomes) - len(graded)} unchanged since the last run; "

@@ -152,12 +152,13 @@ class Options:
 
     def to_dict(self) -> dict:
         """Plain data (JSON-able): ``cache_dir`` as a string or None, the limits as a dict."""
-        return {"assignment": self.assignment, "quick": self.quick, "seed": self.seed,
-                "with_speed": self.with_speed,
-                "only": None if self.only is None else list(self.only),
-                "cache_dir": None if self.cache_dir is None else str(self.cache_dir),
-                "isolation": self.isolation, "folder": self.folder,
-                "limits": self.limits.to_dict()}
+        from dataclasses import fields
+
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d.update(only=None if self.only is None else list(self.only),
+                 cache_dir=None if self.cache_dir is None else str(self.cache_dir),
+                 limits=self.limits.to_dict())
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "Options":
