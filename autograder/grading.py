@@ -586,7 +586,7 @@ def _speed_check(programs: Programs, modeler) -> CheckResult:
 
 #: interleaved timing rounds when wall-clock is the speed basis, and when it is only reported
 MEASURED_ROUNDS = 15
-MODELED_ROUNDS = 3
+MODELED_ROUNDS = 1
 
 #: the trusted side's class-wide cache (set by :func:`autograder.trusted.enable_cache`); the
 #: jit baselines' partitioned modules are kept under ``model/`` there

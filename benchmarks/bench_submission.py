@@ -5,8 +5,12 @@
 Grades the reference answers of every assignment (``solutions/<assignment>.py``) exactly as
 ``python -m autograder grade`` does (a supervisor, the trusted grader, the sandboxed worker), one
 assignment after the other, and prints the seconds per assignment and in all. Every check must
-pass; the script exits non-zero otherwise. The target (trusted-grading issue): a complete
-submission in at most 50 s on an idle 2-core machine.
+pass; the script exits non-zero otherwise. The target (class-scale issue): a complete
+submission in at most 30 s on an idle 2-core machine.
+
+The grading starts from what a class run starts from: a fresh class-wide cache holding only
+the jit baselines (warmed first, not counted), so no program of the submission is compiled
+before it is timed.
 """
 from __future__ import annotations
 
@@ -35,8 +39,16 @@ def main(argv=None) -> int:
                     help="also print where the trusted graders' seconds went (summed)")
     a = ap.parse_args(argv)
     ok = True
-    trace = Path(tempfile.mkdtemp(prefix="bench-")) / "timings.jsonl"
+    scratch = Path(tempfile.mkdtemp(prefix="bench-"))
+    trace = scratch / "timings.jsonl"
     os.environ["AUTOGRADER_TIMINGS"] = str(trace)
+    os.environ["AUTOGRADER_CACHE_DIR"] = str(scratch / "cache")
+    from autograder.sandbox import Options, warm_cache
+
+    t0 = time.perf_counter()
+    warm_cache(Options(isolation=not a.no_isolation, with_speed=not a.no_speed))
+    print(f"warming the baselines into a fresh cache: {time.perf_counter() - t0:.1f} s "
+          "(once per class, not counted)", flush=True)
     for run in range(a.runs):
         total = 0.0
         for asg in registry.assignments():
