@@ -117,9 +117,10 @@ def run(a, send, exporter) -> None:
                 exporter.submit(plan.all_requests())
         for i, (p, plan) in enumerate(zip(probs, plans, strict=True)):
             send(Start(p.name))
-            r = grading.grade_function(p, exporter if defined[i] else None, plan=plan,
-                                       export_timeout=a.export_timeout,
-                                       with_speed=not a.no_speed, store=store)
+            with phase(f"function {p.name}"):
+                r = grading.grade_function(p, exporter if defined[i] else None, plan=plan,
+                                           export_timeout=a.export_timeout,
+                                           with_speed=not a.no_speed, store=store)
             send(Result(p.name, [c.to_dict() for c in r.checks], reused=r.reused))
         send(Done())
     finally:
