@@ -554,22 +554,27 @@ def _speed_check(programs: Programs, modeler) -> CheckResult:
     try:
         with time_limit(2 * CALL_TIMEOUT):
             args = _place(problem, case, mesh)
-            with phase("speed: compile"):
-                if modeler is not None:  # one compile gives the executable and the model's input
+            modeled: dict = {}
+            if modeler is not None:
+                with phase("speed: compile"):  # one compile: the executable and the model's input
                     student, st_text = programs.speed_program(layout, case, mesh, args)
-                    base, base_text = baseline_program(problem, layout, case, mesh, args)
-                else:
-                    student = programs.compiled(layout, case, mesh, args, fast=False)
+                    base_text = baseline_text(problem, layout, case, mesh, args)
+                with phase("speed: model"):
+                    modeled = modeler(problem, None, mesh, args, program=True,
+                                      texts=(st_text, base_text)) or {}
+            # Wall-clock is timed only where it decides: a real accelerator, or a program the
+            # model cannot read. Where the model decides, timing emulated devices adds nothing.
+            rounds = 0 if "ratio" in modeled else MEASURED_ROUNDS
+            s = b = ratio = float("nan")
+            if rounds:
+                with phase("speed: compile"):
+                    if modeler is None:
+                        student = programs.compiled(layout, case, mesh, args, fast=False)
                     base = compile_for(problem, problem.baseline, mesh, args, baseline=True,
-                                       options=speed_options())
-            with phase("speed: model"):
-                modeled = modeler(problem, None, mesh, args, program=True,
-                                  texts=(st_text, base_text)) if modeler else {}
-            # The wall-clock figures decide only where nothing is modeled (a real TPU, or a
-            # program the model cannot read): then many rounds; otherwise a few, for the record.
-            rounds = MODELED_ROUNDS if "ratio" in (modeled or {}) else MEASURED_ROUNDS
-            with phase("speed: measure"):
-                s, b, ratio = measure(student, base, _dynamic(problem, args), rounds=rounds)
+                                       options=None if modeler is None else speed_options())
+                with phase("speed: measure"):
+                    s, b, ratio = measure(student, base, _dynamic(problem, args),
+                                          rounds=rounds)
     except BaseException as e:  # noqa: BLE001
         if isinstance(e, KeyboardInterrupt):
             raise
@@ -584,9 +589,8 @@ def _speed_check(programs: Programs, modeler) -> CheckResult:
     return res
 
 
-#: interleaved timing rounds when wall-clock is the speed basis, and when it is only reported
+#: interleaved timing rounds when wall-clock is the speed basis
 MEASURED_ROUNDS = 15
-MODELED_ROUNDS = 1
 
 #: the trusted side's class-wide cache (set by :func:`autograder.trusted.enable_cache`); the
 #: jit baselines' partitioned modules are kept under ``model/`` there
@@ -608,17 +612,14 @@ def _baseline_text_key(problem_name: str, layout: tuple, signature: tuple) -> st
 _baseline_texts: dict = {}
 
 
-def baseline_program(problem: Problem, layout, case: Case, mesh, args):
-    """The jit baseline of the speed case, compiled (a persistent-cache hit once warm), and its
-    partitioned module for the model (computed once per grader and JAX version, then read from
-    the class-wide cache)."""
+def baseline_text(problem: Problem, layout, case: Case, mesh, args) -> str:
+    """The partitioned module of the speed case's jit baseline, for the model: computed once per
+    grader and JAX version, then read from the class-wide cache."""
     from .tpumodel.api import partitioned_hlo
 
-    compiled = compile_for(problem, problem.baseline, mesh, args, baseline=True,
-                           options=speed_options())
     key = _baseline_text_key(problem.name, tuple(layout), _signature(problem, case))
     if key in _baseline_texts:
-        return compiled, _baseline_texts[key]
+        return _baseline_texts[key]
     path = CACHE_DIR / "model" / f"{problem.name}-{key}.hlo" if CACHE_DIR else None
     text = None
     if path is not None and path.exists():
@@ -635,7 +636,7 @@ def baseline_program(problem: Problem, layout, case: Case, mesh, args):
             tmp.write_text(text, encoding="utf-8")
             os.replace(tmp, path)
     _baseline_texts[key] = text
-    return compiled, text
+    return text
 
 
 def _default_modeler():

@@ -54,8 +54,8 @@ def enable_cache(cache_dir: str | None) -> None:
 
 
 def warm(assignments: list[str], *, with_speed: bool) -> None:
-    """Compile every jit baseline of the speed check (into the persistent cache), and keep
-    its partitioned module for the TPU model."""
+    """Compile every jit baseline of the speed check (into the persistent cache, for the
+    programs the model cannot read), and keep its partitioned module for the TPU model."""
     from . import grading, registry
 
     if not with_speed:
@@ -66,7 +66,10 @@ def warm(assignments: list[str], *, with_speed: bool) -> None:
         plan = grading.Plan(p, 0, False, True, grading.current_platform())
         layout, case = plan.big("speed")
         mesh = grading.make_mesh(*layout)
-        grading.baseline_program(p, layout, case, mesh, grading._place(p, case, mesh))
+        args = grading._place(p, case, mesh)
+        grading.baseline_text(p, layout, case, mesh, args)
+        grading.compile_for(p, p.baseline, mesh, args, baseline=True,
+                            options=grading.speed_options())
 
 
 def exporter_for(a):

@@ -63,9 +63,7 @@ def _own_program(f, k={k}):
     return wrapped
 
 
-for _name in {names!r}:
-    globals()[_name] = _own_program(globals()[_name])
-'''
+''' + "".join(f"{n} = _own_program({n})\n" for n in names)
 
 
 class _Rename(ast.NodeTransformer):
@@ -171,7 +169,12 @@ def main(argv=None) -> int:
         fns = [f for r in (x for s in reports.values() for x in s.values())
                for f in r["functions"].values()]
         reused = sum(1 for f in fns if f.get("reused"))
-        problems = []
+        reused_distinct = sum(1 for s, first in origin.items() if first is None
+                              for r in reports[s].values() for f in r["functions"].values()
+                              if f.get("reused"))
+        problems = [] if not reused_distinct else [
+            f"{reused_distinct} functions of distinct students were reused: the class is not "
+            "what it claims"]
         for s, first in origin.items():
             for asg, rep in reports[s].items():
                 if first is not None and verdicts(rep) != verdicts(reports[first][asg]):
@@ -182,6 +185,7 @@ def main(argv=None) -> int:
                    "warm_seconds": round(warm_s, 1),
                    "seconds_per_complete_submission": round(secs / max(1, complete), 1),
                    "functions": len(fns), "functions_reused": reused,
+                   "functions_reused_of_distinct_students": reused_distinct,
                    "mean_score": round(sum(r["score"] for s in reports.values()
                                            for r in s.values()) / max(1, complete), 2),
                    "problems": problems}

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import sys
 import tempfile
 import time
@@ -50,20 +51,26 @@ def main(argv=None) -> int:
     print(f"warming the baselines into a fresh cache: {time.perf_counter() - t0:.1f} s "
           "(once per class, not counted)", flush=True)
     for run in range(a.runs):
-        total = 0.0
+        total = total_cpu = 0.0
         for asg in registry.assignments():
             sol = ROOT / "solutions" / f"{asg}.py"
             t0 = time.perf_counter()
+            c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
             res = grade_path(sol, asg, with_speed=not a.no_speed,
                              isolation=not a.no_isolation)
             secs = time.perf_counter() - t0
+            c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu = (c1.ru_utime + c1.ru_stime) - (c0.ru_utime + c0.ru_stime)
+            total_cpu += cpu
             total += secs
             failed = [f"{f.name}/{c.name}" for f in res.functions.values() for c in f.checks
                       if not c.passed]
             ok &= not failed
-            print(f"run {run + 1}  {asg:24s} {secs:6.1f} s  {res.score:g}/{res.max_score:g}"
+            print(f"run {run + 1}  {asg:24s} {secs:6.1f} s  ({cpu:5.1f} CPU s)  "
+                  f"{res.score:g}/{res.max_score:g}"
                   + (f"  FAILED: {', '.join(failed)}" if failed else ""), flush=True)
-        print(f"run {run + 1}  complete submission      {total:6.1f} s", flush=True)
+        print(f"run {run + 1}  complete submission      {total:6.1f} s  ({total_cpu:5.1f} CPU s, "
+              "the grader's processes and the student's sandbox together)", flush=True)
     if a.breakdown and trace.exists():
         sums: dict = defaultdict(float)
         for line in trace.read_text().splitlines():

@@ -159,3 +159,31 @@ def test_only_identical_programs_are_reused(two_runs):
     assert reused["reworded"] == ["shard_average_jit", "shard_average_shard_map", "roll_diff"]
     assert not any(fr.get("reused") for r in two_runs["alone"].values()
                    for fr in r["functions"].values())
+
+
+def test_the_class_cache_works_from_any_folder_and_any_out(tmp_path):
+    """Two grade-all runs from different working folders, each with a relative --out: the
+    second finds the first's verdicts in the class-wide cache (not beside either CSV)."""
+    import os
+    import subprocess
+    import sys
+
+    course = tmp_path / "course" / "submitted" / "amy" / "ps1_sharding"
+    course.mkdir(parents=True)
+    shutil.copy(ROOT / "solutions" / "ps1_sharding.py", course / "ps1_sharding.py")
+    env = {**os.environ, "AUTOGRADER_CACHE_DIR": str(tmp_path / "class-cache"),
+           "PYTHONPATH": str(ROOT)}
+    for run in ("one", "two"):
+        cwd = tmp_path / run
+        cwd.mkdir()
+        subprocess.run([sys.executable, "-m", "autograder", "grade-all",
+                        str(tmp_path / "course"), "--out", "grades.csv", "--quick",
+                        "--no-speed", "--seed", "99", "--no-progress"],
+                       cwd=cwd, env=env, check=True, capture_output=True, timeout=600)
+    first, second = (json.loads((tmp_path / run / "reports" / "amy" /
+                                 "ps1_sharding.json").read_text()) for run in ("one", "two"))
+    assert not any(f.get("reused") for f in first["functions"].values())
+    assert all(f.get("reused") for f in second["functions"].values())
+    assert second["score"] == first["score"] == 10.0
+    assert (tmp_path / "class-cache" / "isolated" / "xla").is_dir()
+    assert not list((tmp_path / "one").rglob("*xla*"))
