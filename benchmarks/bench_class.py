@@ -141,6 +141,23 @@ def verdicts(report: dict) -> dict:
             for c in f["checks"]}
 
 
+def table(cost: dict, warm_s: float) -> str:
+    """Expected wall-clock time for a class, from the measured cost per complete submission on
+    one machine like this one (N submissions spread over W such machines, each warming its
+    own cache once; Dask's own overhead is small next to tasks of seconds)."""
+    d, c = cost.get("distinct", 0.0), cost.get("clone", cost.get("distinct", 0.0))
+    rows = ["| complete submissions | machines | all distinct | two thirds distinct |",
+            "|---:|---:|---:|---:|"]
+    for n in (30, 300, 3000):
+        for w in (1, 8, 64):
+            def t(share):
+                # at least one submission's own time, however many machines there are
+                secs = warm_s + max(d, n * (share * d + (1 - share) * c) / w)
+                return f"{secs / 60:.1f} min" if secs < 5400 else f"{secs / 3600:.1f} h"
+            rows.append(f"| {n} | {w} | {t(1.0)} | {t(2 / 3)} |")
+    return "\n".join(rows)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--students", type=int, default=30)
@@ -180,6 +197,12 @@ def main(argv=None) -> int:
                 if first is not None and verdicts(rep) != verdicts(reports[first][asg]):
                     problems.append(f"{s}/{asg} (a clone of {first}) graded differently")
         complete = len(reports)
+        # machine-seconds per complete submission, by kind (task seconds overlap `workers` ways)
+        per_kind = {"distinct": [], "clone": []}
+        for st, first in origin.items():
+            per_kind["clone" if first else "distinct"].append(
+                sum(r.get("seconds", 0.0) for r in reports[st].values()) / max(1, a.workers))
+        cost = {k: round(sum(v) / len(v), 1) for k, v in per_kind.items() if v}
         summary = {"students": complete, "clones": a.clones, "workers": a.workers,
                    "submissions": len(outs), "seconds": round(secs, 1),
                    "warm_seconds": round(warm_s, 1),
@@ -188,8 +211,10 @@ def main(argv=None) -> int:
                    "functions_reused_of_distinct_students": reused_distinct,
                    "mean_score": round(sum(r["score"] for s in reports.values()
                                            for r in s.values()) / max(1, complete), 2),
+                   "machine_seconds_per_complete_submission": cost,
                    "problems": problems}
     print(json.dumps(summary, indent=2))
+    print(table(summary["machine_seconds_per_complete_submission"], warm_s))
     if a.json:
         Path(a.json).write_text(json.dumps(summary, indent=2))
     return 1 if problems else 0
