@@ -204,6 +204,76 @@ def test_fori_loop_unrolled_like_python_loop(mesh):
     assert sum(t.kind == "comm" for t in m.timeline.tasks) == 3
 
 
+def _hops(body, mesh, shape=(1024, 2048)):
+    a = _put(mesh, shape, P("X", "Y"))
+    m = model_function(_sm(body, mesh, P("X", "Y"), P("X", "Y")), (a,), mesh)
+    return sum(t.kind == "comm" for t in m.timeline.tasks)
+
+
+_RIGHT = [(j, (j + 1) % 4) for j in range(4)]
+
+
+@pytest.mark.parametrize("loop,hops", [
+    (lambda x: jax.lax.fori_loop(2, 7, lambda i, v: jax.lax.ppermute(v, "Y", _RIGHT) * i, x), 5),
+    (lambda x: jax.lax.fori_loop(0, 4, lambda i, v: jax.lax.ppermute(v, "Y", _RIGHT), x,
+                                 unroll=2), 4),
+    (lambda x: jax.lax.scan(lambda c, _: (jax.lax.ppermute(c, "Y", _RIGHT), None), x, None,
+                            length=3)[0], 3),
+    (lambda x: jax.lax.scan(lambda c, s: (jax.lax.ppermute(c, "Y", _RIGHT) * s, None), x,
+                            jnp.arange(3.0))[0], 3),
+    (lambda x: jax.lax.while_loop(lambda c: c[0] < 3, lambda c: (
+        c[0] + 1, jax.lax.ppermute(c[1], "Y", _RIGHT)), (0, x))[1], 3),
+    (lambda x: jax.lax.while_loop(lambda c: c[0] > 0, lambda c: (
+        c[0] - 2, jax.lax.ppermute(c[1], "Y", _RIGHT)), (5, x))[1], 3),
+    (lambda x: jax.lax.fori_loop(0, 2, lambda i, v: jax.lax.fori_loop(
+        0, 3, lambda j, w: jax.lax.ppermute(w, "Y", _RIGHT), v), x), 6),
+], ids=["fori_from_2", "fori_unroll_2", "scan_length", "scan_over_xs", "while_up",
+        "while_down_by_2", "nested_fori"])
+def test_static_loops_are_read_on_every_jax(mesh, loop, hops):
+    """fori_loop, scan and while with a static trip count, as this JAX lowers them: every
+    iteration is modeled (newer XLA prints a loop counter as ``%param#0``, see below)."""
+    assert _hops(loop, mesh, (64, 128)) == hops
+
+
+def test_tuple_element_operands_in_hlo_text():
+    """``%p#0`` is element 0 of the tuple %p (newer XLA's shorthand for a get-tuple-element):
+    the loop counter and bound are read through it, and the body's arrays too."""
+    from autograder.tpumodel.hlo import flatten
+
+    text = """HloModule m, num_partitions=8
+
+%body (p: (s32[], f32[64,64])) -> (s32[], f32[64,64]) {
+  %p = (s32[], f32[64,64]{1,0}) parameter(0)
+  %one = s32[] constant(1)
+  %next = s32[] add(%p#0, %one)
+  %send = f32[64,64]{1,0} collective-permute(%p#1), channel_id=1, source_target_pairs={{0,1},{1,2},{2,3},{3,0},{4,5},{5,6},{6,7},{7,4}}
+  ROOT %t = (s32[], f32[64,64]{1,0}) tuple(%next, %send)
+}
+
+%cond (q: (s32[], f32[64,64])) -> pred[] {
+  %q = (s32[], f32[64,64]{1,0}) parameter(0)
+  %n = s32[] constant(4)
+  ROOT %lt = pred[] compare(%q#0, %n), direction=LT
+}
+
+ENTRY %main (x: f32[64,64]) -> f32[64,64] {
+  %x = f32[64,64]{1,0} parameter(0)
+  %zero = s32[] constant(0)
+  %init = (s32[], f32[64,64]{1,0}) tuple(%zero, %x)
+  %loop = (s32[], f32[64,64]{1,0}) while(%init), condition=%cond, body=%body
+  ROOT %out = f32[64,64]{1,0} get-tuple-element(%loop), index=1
+}
+"""
+    nodes, _ = flatten(text)
+    sends = [n for n in nodes if n.opcode == "collective-permute"]
+    assert len(sends) == 4 and [n.loop_iter for n in sends] == [(0,), (1,), (2,), (3,)]
+    assert all(n.inputs[0].shape.dims == (64, 64) for n in sends)
+    # a send depends on the one before it (the carried buffer goes round)
+    assert all(sends[i].id in sends[i + 1].deps for i in range(3))
+    with pytest.raises(tpumodel.ModelError, match="not an element of a tuple"):
+        flatten(text.replace("add(%p#0, %one)", "add(%p#5, %one)"))
+
+
 def test_deterministic(mesh):
     a = _put(mesh, (256, 512), P("X", "Y"), jnp.bfloat16)
     w = _put(mesh, (512, 512), P(None, "Y"), jnp.bfloat16)

@@ -168,6 +168,12 @@ def parse_module(text: str) -> tuple[dict[str, Computation], str]:
     return comps, entry
 
 
+#: an operand reference: ``%name``, or ``%name#i#j`` for element j of element i of the tuple
+#: ``%name`` (newer XLA prints a get-tuple-element this way in place of its own instruction, e.g.
+#: ``compare(%param.1#0, %constant)`` for the counter of a while loop's carry)
+_OPERAND = re.compile(r"%([\w.\-]+(?:#\d+)*)")
+
+
 def _parse_instr(line: str) -> Optional[Instr]:
     m = _HEAD.match(line)
     if not m:
@@ -194,7 +200,7 @@ def _parse_instr(line: str) -> Optional[Instr]:
             if "=" in part:
                 k, v = part.split("=", 1)
                 attrs[k.strip()] = v.strip()
-    operands = [] if opcode == "constant" else re.findall(r"%([\w.\-]+)", raw)
+    operands = [] if opcode == "constant" else _OPERAND.findall(raw)
     return Instr(m.group(2), parse_type(tstr), opcode, operands, raw, attrs,
                  is_root=bool(m.group(1)))
 
@@ -316,9 +322,20 @@ class Flattener:
             env[ins.name] = self.eval(ins, env, args)
         return env[comp.root.name]
 
+    @staticmethod
+    def operand(env, ref: str):
+        """The value ``ref`` names: ``name`` or a tuple element path ``name#i#j``."""
+        name, *path = ref.split("#")
+        v = env[name]
+        for i in path:
+            if not isinstance(v, list) or int(i) >= len(v):
+                raise ModelError(f"cannot read the operand %{ref} (not an element of a tuple)")
+            v = v[int(i)]
+        return v
+
     def eval(self, ins: Instr, env, args):
         op = ins.opcode
-        ops = [env[o] for o in ins.operands if o in env]
+        ops = [self.operand(env, o) for o in ins.operands if o.split("#", 1)[0] in env]
         if op == "parameter":
             return args[int(ins.raw_operands.strip())]
         if op == "constant":
