@@ -5,14 +5,16 @@ jaxlib's MLIR bindings) into the :class:`~autograder.program.Program` the jaxpr 
 every structure rule works unchanged. The walk starts at ``@main`` and follows ``func.call``,
 ``while`` bodies (times their trip count when it can be read), ``case``/``if`` branches and
 shard_map bodies (``sdy.manual_computation``, or GSPMD's ``@SPMDFullToShardShape`` custom calls).
-Collectives name devices by logical mesh index (row-major over ``mesh_shape``) and are mapped back
-to mesh axes. Unlike the jaxpr: an unrolled scan is straight-line code; a collective over size-1
+Collectives name devices by logical mesh index (row-major over ``mesh_shape``), or (newer JAX)
+name the axes of a mesh the module declares (``#stablehlo.replica_group_mesh_axes``); either way
+they are turned into device groups and mapped back to mesh axes the same way. Unlike the jaxpr: an unrolled scan is straight-line code; a collective over size-1
 axes may vanish, as does a zero-trip loop; ``ragged_dot`` becomes ``dot_general``; and
 ``shard_map_check_vma`` is unknown.
 """
 from __future__ import annotations
 
 import itertools
+import re
 from typing import Any
 
 import numpy as np
@@ -44,6 +46,14 @@ _GSPMD = {"SPMDFullToShardShape": 1, "SPMDShardToFullShape": -1, "Sharding": 0}
 #: ops a loop counter or bound may pass through unchanged in value
 _PASS = {"stablehlo.convert", "stablehlo.reshape", "stablehlo.broadcast_in_dim"}
 _FLIP = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "ne": "ne"}
+#: replica groups given as axes of a module mesh (JAX 0.12+):
+#: ``#stablehlo.replica_group_mesh_axes<mesh = @mesh_0, axes = [#stablehlo.axis_ref<name = "Y">]>``
+_MESH_AXES = re.compile(r"^#stablehlo\.replica_group_mesh_axes<mesh = @([\w.$\-]+), "
+                        r"axes = \[(.*)\]>$", re.S)
+_AXIS_REF = re.compile(r'#stablehlo\.axis_ref<name = "([^"]+)">')
+#: a module mesh: ``#sdy.mesh<["X"=2, "Y"=4]>``, maybe with ``device_ids=[...]``
+_MESH_AXIS = re.compile(r'"([^"]+)"\s*=\s*(\d+)')
+_DEVICE_IDS = re.compile(r"device_ids\s*=\s*\[([\d,\s]*)\]")
 
 Tensor = tuple[tuple[int, ...], int, np.dtype]  # shape, bytes, dtype
 
@@ -112,6 +122,41 @@ def _arg_of(v, block) -> int | None:
     return v.arg_number if isinstance(v, ir.BlockArgument) and v.owner == block else None
 
 
+def mesh_axes_groups(text: str, meshes: dict) -> np.ndarray | None:
+    """The device groups (one row each) of replica groups written as axes of a module mesh,
+    ``#stablehlo.replica_group_mesh_axes<mesh = @m, axes = [...]>``, the ids of a group running
+    through the axes in the order named; ``meshes``: name -> :func:`module_mesh`. None for
+    anything else (a sub-axis, an unknown mesh or axis)."""
+    m = _MESH_AXES.match(text.strip())
+    if m is None or meshes.get(m.group(1)) is None:
+        return None
+    ids, names = meshes[m.group(1)]
+    refs = _AXIS_REF.findall(m.group(2))
+    if len(refs) != m.group(2).count("#stablehlo.axis_ref") or len(set(refs)) != len(refs) \
+            or any(r not in names for r in refs):
+        return None
+    axes = [names.index(r) for r in refs]
+    rest = [a for a in range(ids.ndim) if a not in axes]
+    size = int(np.prod([ids.shape[a] for a in axes], dtype=np.int64))
+    return np.transpose(ids, rest + axes).reshape(-1, size)
+
+
+def module_mesh(text: str) -> tuple[np.ndarray, tuple[str, ...]] | None:
+    """(device ids shaped like the mesh, axis names) of an ``#sdy.mesh<...>`` attribute."""
+    head = text.split("device_ids", 1)[0]
+    axes = _MESH_AXIS.findall(head)
+    if not axes:
+        return None
+    shape = tuple(int(n) for _, n in axes)
+    size = int(np.prod(shape, dtype=np.int64))
+    m = _DEVICE_IDS.search(text)
+    ids = (np.array([int(i) for i in m.group(1).split(",") if i.strip()]) if m
+           else np.arange(size))
+    if ids.size != size:
+        return None
+    return ids.reshape(shape), tuple(name for name, _ in axes)
+
+
 def _callee(op) -> str:
     return ir.FlatSymbolRefAttr(op.attributes["callee"]).value
 
@@ -133,6 +178,15 @@ class _Walker:
                 self.etypes.setdefault(str(make()), dt)
         self.ops: list[Op] = []
         self.uses_shard_map = False
+        #: the module's meshes (``sdy.mesh @name``): name -> device ids shaped like the mesh,
+        #: and its axis names
+        self.meshes: dict[str, tuple[np.ndarray, tuple[str, ...]]] = {}
+        for op in module.body.operations:
+            op = op.operation
+            if op.name == "sdy.mesh" and "mesh" in op.attributes:
+                mesh = module_mesh(str(op.attributes["mesh"]))
+                if mesh is not None:
+                    self.meshes[_string(op, "sym_name")] = mesh
         self.axis_names = axis_names
         self.ids = (None if mesh_shape is None else
                     np.arange(int(np.prod(mesh_shape))).reshape(tuple(mesh_shape)))
@@ -215,7 +269,10 @@ class _Walker:
         is no mesh or no set of axes forms these groups (e.g. ``axis_index_groups``)."""
         if self.ids is None:
             return ("?",)
-        rows = {tuple(int(i) for i in g if i >= 0) for g in np.atleast_2d(np.array(attr))}
+        groups = self.replica_groups(attr)
+        if groups is None:
+            return ("?",)
+        rows = {tuple(int(i) for i in g if i >= 0) for g in groups}
         for r in range(self.ids.ndim + 1):
             for combo in itertools.combinations(range(self.ids.ndim), r):
                 if {frozenset(g) for g in self._groups(combo)} != {frozenset(g) for g in rows}:
@@ -224,6 +281,16 @@ class _Walker:
                               if self._groups(o) == rows), combo)
                 return tuple(self.axis_names[a] for a in order)
         return ("?",)
+
+    def replica_groups(self, attr) -> np.ndarray | None:
+        """The device groups of a ``replica_groups`` attribute, one row per group: a dense
+        matrix of ids as it stands, or the groups the named axes of a module mesh form (in the
+        order named, as JAX writes them). None when they cannot be told (an unknown mesh, part
+        of an axis)."""
+        try:
+            return np.atleast_2d(np.array(ir.DenseIntElementsAttr(attr)))
+        except (TypeError, ValueError):  # not a dense matrix of ids
+            return mesh_axes_groups(str(attr), self.meshes)
 
     def _groups(self, axes: tuple[int, ...]) -> set[tuple[int, ...]]:
         rest = [a for a in range(self.ids.ndim) if a not in axes]

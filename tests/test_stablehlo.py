@@ -360,3 +360,44 @@ def test_multi_platform_export_skips_the_platform_index():
 def test_not_a_program():
     with pytest.raises(ValueError, match="@main"):
         program_from_mlir("module {}", (2, 4), ("X", "Y"))
+
+
+def test_replica_groups_written_as_mesh_axes():
+    """Newer JAX (0.12) names a collective's groups by the axes of a module mesh instead of a
+    matrix of device ids: both forms must give the same groups, in the order the axes are
+    named (so the axes read back are the same on every JAX of the range)."""
+    from autograder.stablehlo import mesh_axes_groups, module_mesh
+
+    meshes = {"mesh_0": module_mesh('#sdy.mesh<["X"=2, "Y"=4]>'),
+              "perm": module_mesh('#sdy.mesh<["X"=2, "Y"=2], device_ids=[3, 2, 1, 0]>')}
+
+    def groups(axes, mesh="mesh_0"):
+        refs = ", ".join(f'#stablehlo.axis_ref<name = "{a}">' for a in axes)
+        got = mesh_axes_groups(f"#stablehlo.replica_group_mesh_axes<mesh = @{mesh}, "
+                               f"axes = [{refs}]>", meshes)
+        return None if got is None else got.tolist()
+
+    assert groups(["Y"]) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert groups(["X"]) == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    assert groups(["X", "Y"]) == [list(range(8))]
+    assert groups(["Y", "X"]) == [[0, 4, 1, 5, 2, 6, 3, 7]]
+    assert groups([]) == [[i] for i in range(8)]
+    assert groups(["X"], "perm") == [[3, 1], [2, 0]]
+    assert groups(["Z"]) is None and groups(["X"], "nowhere") is None
+    sub = ('#stablehlo.replica_group_mesh_axes<mesh = @mesh_0, axes = [#stablehlo.axis_ref<'
+           'name = "Y", sub_axis_info = #stablehlo.sub_axis_info<pre_size = 1, size = 2>>]>')
+    assert mesh_axes_groups(sub, meshes) is None  # part of an axis: not guessed
+
+
+def test_group_axes_in_every_order_and_layout():
+    """Axes named in either order, on every course layout, read back as the jaxpr has them."""
+    def local(a):
+        b = jax.lax.all_gather(a, ("Y", "X"), tiled=True)
+        c = jax.lax.psum(a, ("X", "Y"))
+        return c + b.sum()
+
+    for layout in ((2, 4), (4, 2)):
+        jp, sp = _both(local, layout)
+        assert [(o.kind, o.axes) for o in sp.collectives()] == [
+            ("all_gather", ("Y", "X")), ("psum", ("X", "Y"))], layout
+        assert _cols(jp) == _cols(sp)
