@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import warnings
 
+from .versions import range_text, require_jax, support
+
 N_DEVICES = 8
 
 
@@ -31,6 +33,7 @@ def setup_devices(n: int = N_DEVICES) -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import jax
 
+    require_jax(jax.__version__)  # stops here, saying what to run, on a JAX below the range
     if _backends_initialized():
         if len(jax.devices("cpu")) < n and len(jax.devices()) < n:
             warnings.warn(
@@ -62,3 +65,29 @@ def course_devices(n: int = N_DEVICES):
 def platform() -> str:
     """'tpu', 'gpu' or 'cpu': where the course meshes live."""
     return course_devices()[0].platform
+
+
+def describe_devices() -> str:
+    """What the set-up cell prints: the JAX version (and whether it is in the course's tested
+    range), the default devices and the devices the course meshes use, emulated or real."""
+    import jax
+
+    lines = [f"JAX {jax.__version__}"]
+    where = support(jax.__version__)
+    if where == "newer":
+        lines[0] += (f": newer than the course's tested range ({range_text()}); if a cell fails "
+                     "in a way the notebook does not explain, tell your instructor")
+    else:
+        lines[0] += f" (the course's tested range: {range_text()})"
+    default = jax.devices()
+    lines.append(f"default backend: {len(default)} {default[0].platform.upper()} device(s) "
+                 f"({default[0].device_kind})")
+    course = course_devices()
+    kind = course[0].platform
+    if kind == "cpu":
+        lines.append(f"course meshes: {len(course)} emulated CPU devices (XLA:CPU splits this "
+                     "machine's CPU; the hidden speed check uses a modeled TPU)")
+    else:
+        lines.append(f"course meshes: {len(course)} real {kind.upper()} devices "
+                     f"({course[0].device_kind})")
+    return "\n".join(lines)

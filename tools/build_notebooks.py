@@ -32,13 +32,13 @@ SETUP = '''\
 # Set-up. The course meshes need 8 devices. A TPU or GPU host with 8 or more devices uses them;
 # anywhere else (a laptop, CI, Colab's single-chip runtimes) XLA:CPU emulates 8 devices.
 # Run this cell first, before anything else touches JAX (restart the kernel if you ran JAX already).
-from selfcheck import check, make_mesh, setup_devices
+# It stops with what to run if this runtime's JAX is older than the course supports.
+from selfcheck import check, describe_devices, make_mesh, setup_devices
 
 setup_devices()
 import jax
 
-print(f"{len(jax.devices())} {jax.devices()[0].platform} device(s) by default; "
-      f"course meshes use: {make_mesh(2, 4).devices.flat[0].platform}")'''
+print(describe_devices())'''
 
 HIDDEN = '''\
 # The course autograder grades `{name}` here when your notebook is collected.
@@ -163,7 +163,7 @@ def build_notebook(asg: str):
     return nb
 
 
-BUNDLE_MODULES = ("devices", "meshes", "compare", "loader", "public", "notebook_tools")
+BUNDLE_MODULES = ("versions", "devices", "meshes", "compare", "loader", "public", "notebook_tools")
 _REL_IMPORT = re.compile(r"^from \.[\w.]* import .*$|^from \. import .*$")
 
 
