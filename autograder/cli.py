@@ -4,6 +4,7 @@
     python -m autograder grade-all DIR [--workers N] [--out grades.csv] [--force]
     python -m autograder list
     python -m autograder profile SUBMISSION FUNCTION [--chip v5e] [--mesh 2x4] [--json]
+    python -m autograder doctor
 
 Student code runs only in the sandbox (:mod:`autograder.isolation`); the verdicts come from a
 trusted process that grades the programs it exported. A submission that hangs or crashes still
@@ -107,6 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .profile_cli import add_parser as _add_profile
 
     _add_profile(sub)
+    from .doctor import add_parser as _add_doctor
+
+    _add_doctor(sub)
     return ap
 
 
