@@ -1,0 +1,163 @@
+"""The same verdicts on every supported JAX: a recorded table of (submission, function, check).
+
+The reference answers (``solutions/<assignment>.py``) and the fixtures of every assignment (the
+named wrong answers and the right ones written differently, loops included) are graded on a fixed
+seed, speed check included, and each check's outcome is compared with ``tests/verdicts.json``.
+The table is one for the whole range: CI checks it on the oldest JAX (``make test``) and on the
+newest (``make test-latest``). Where two versions disagree, the grader is what gets fixed, never
+the table. With the speed check the table also records its basis: the modeled TPU, or wall-clock
+(only for a loop whose trip count really depends on the data, and the feedback must say so; the
+outcome of a wall-clock timing is then recorded as null: a timing, not a reproducible verdict).
+
+    python tests/test_verdicts.py              # grade, print the differences from the table
+    python tests/test_verdicts.py --record     # rewrite tests/verdicts.json from this JAX
+"""
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+if __name__ == "__main__":  # as a script: 8 emulated devices and a private cache, as in pytest
+    sys.path[:0] = [str(HERE), str(ROOT)]
+    import conftest  # noqa: F401
+
+TABLE = HERE / "verdicts.json"
+#: the inputs of every case (a grading run's secret seed, fixed here)
+SEED = 20240611
+#: fixtures left out: they are about time limits and parsing, not verdicts (tests elsewhere)
+SKIP = {"hang_in_function", "hang_on_import", "syntax_error"}
+AREAS = {"ps1": "ps1_sharding", "ps2_moe": "ps2_moe", "ps3": "ps3_collective_matmul",
+         "ps4": "ps4_bidirectional"}
+
+
+def submissions() -> list[tuple[str, str]]:
+    """(path relative to the repository, assignment): the reference answers, then fixtures."""
+    out = [(f"solutions/{asg}.py", asg) for asg in AREAS.values()]
+    for area, asg in AREAS.items():
+        for p in sorted((HERE / "fixtures" / area).glob("*.py")):
+            if p.stem not in SKIP:
+                out.append((str(p.relative_to(ROOT)), asg))
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _loaded(path: str):
+    from autograder.loader import load
+
+    return load(ROOT / path, statement_timeout=5, total_timeout=20)
+
+
+def entries() -> list[tuple[str, str]]:
+    """(path, function) for every graded function each submission defines."""
+    import ast
+
+    from autograder import registry
+
+    out = []
+    for path, asg in submissions():
+        defined = {n.name for n in ast.parse((ROOT / path).read_text()).body
+                   if isinstance(n, ast.FunctionDef)}
+        out += [(path, p.name) for p in registry.problems(asg) if p.name in defined]
+    return out
+
+
+def key(path: str, function: str) -> str:
+    return f"{path}::{function}"
+
+
+def speed_basis(check) -> str:
+    return "modeled TPU" if "modeled on TPU" in check.message else "wall-clock"
+
+
+def verdict(path: str, function: str) -> dict:
+    """{'checks': {check: passed}, 'speed basis': ...} of one function, graded in-process."""
+    from autograder import grading, registry
+
+    res = grading.grade_function(registry.get(function), _loaded(path).function(function),
+                                 seed=SEED, quick=True, with_speed=True)
+    out: dict = {"checks": {c.name: bool(c.passed) for c in res.checks}}
+    speed = next((c for c in res.checks if c.name == "speed"), None)
+    if speed is not None and not speed.message.startswith("not checked"):
+        out["speed basis"] = speed_basis(speed)
+        if out["speed basis"] == "wall-clock":
+            # a loop that depends on the data: the outcome is a timing on this machine at
+            # this moment, not a verdict a table can hold (the basis and its reason are checked)
+            out["checks"]["speed"] = None
+    _messages[key(path, function)] = {c.name: c.message for c in res.checks}
+    return out
+
+
+#: the last grading's messages per entry (shown when a verdict differs)
+_messages: dict = {}
+
+
+def recorded() -> dict:
+    return json.loads(TABLE.read_text())["verdicts"] if TABLE.exists() else {}
+
+
+# ------------------------------------------------------------------------------ the tests
+ENTRIES = entries()
+
+
+def test_the_table_covers_every_graded_function():
+    assert sorted(recorded()) == sorted(key(*e) for e in ENTRIES), \
+        "the submissions changed: python tests/test_verdicts.py --record (and review the diff)"
+
+
+@pytest.mark.parametrize("path,function", ENTRIES, ids=[key(*e) for e in ENTRIES])
+def test_same_verdicts_as_recorded(path, function):
+    want = recorded().get(key(path, function))
+    got = verdict(path, function)
+    assert got == want, (f"{key(path, function)} on this JAX: {got}\nrecorded: {want}\n"
+                         + json.dumps(_messages.get(key(path, function)), indent=1))
+    if got.get("speed basis") == "wall-clock":
+        # only a loop that really depends on the data, and the feedback must say why
+        msg = _messages[key(path, function)]["speed"]
+        assert "judged on wall-clock" in msg and "depends on array data" in msg, msg
+
+
+def test_the_reference_answers_pass_every_check():
+    table = recorded()
+    for path, function in ENTRIES:
+        if path.startswith("solutions/"):
+            v = table[key(path, function)]
+            assert all(ok is not False for ok in v["checks"].values()), (path, function, v)
+
+
+# ------------------------------------------------------------------------- as a script
+def main(argv=None) -> int:
+    import argparse
+    import time
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--record", action="store_true", help=f"rewrite {TABLE.name}")
+    a = ap.parse_args(argv)
+    import jax
+
+    old, new, t0 = recorded(), {}, time.time()
+    for path, function in ENTRIES:
+        k = key(path, function)
+        new[k] = verdict(path, function)
+        flag = "" if old.get(k) == new[k] else "   <- differs from the table"
+        print(f"{k}: {new[k]}{flag}", flush=True)
+    print(f"graded {len(new)} functions in {time.time() - t0:.0f} s on JAX {jax.__version__}")
+    diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+    if a.record:
+        TABLE.write_text(json.dumps({
+            "about": "tests/test_verdicts.py: the same on every JAX of the supported range; "
+                     f"seed {SEED}, quick=True; recorded on JAX {jax.__version__}",
+            "verdicts": new}, indent=1, sort_keys=True) + "\n")
+        print(f"wrote {TABLE.relative_to(ROOT)} ({len(diff)} entries changed)")
+        return 0
+    print(f"{len(diff)} differ from {TABLE.relative_to(ROOT)}", *diff, sep="\n  ")
+    return 1 if diff else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
