@@ -146,14 +146,16 @@ CHECKS: tuple[Callable[[], Finding], ...] = (check_jax, check_devices, check_iso
 def run(out=print) -> int:
     """Run every check, print one line each (and the fix of each failure); 0 when nothing an
     instructor needs is missing, else 1."""
-    findings = []
-    for check in CHECKS:
+    found = {}
+    # the sandbox probe forks: before JAX starts its threads
+    for check in sorted(CHECKS, key=lambda c: c is not check_isolation):
         try:
-            f = check()
+            found[check] = check()
         except Exception as e:  # noqa: BLE001 - a broken check is a failure, never a crash
-            f = Finding(check.__name__.removeprefix("check_"), False,
-                        f"the check itself failed ({type(e).__name__}: {e})")
-        findings.append(f)
+            found[check] = Finding(check.__name__.removeprefix("check_"), False,
+                                   f"the check itself failed ({type(e).__name__}: {e})")
+    findings = [found[c] for c in CHECKS]
+    for f in findings:
         out(f.line())
     missing = [f for f in findings if f.required and not f.ok]
     from . import __version__
