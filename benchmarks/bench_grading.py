@@ -13,6 +13,10 @@ optionally while a busy process keeps every core loaded (``--busy``), and prints
 submission and every verdict (function, check) that changed between runs. It also checks the
 expected outcome: references pass every check in every run; broken functions fail.
 
+The class-scale figures (one complete submission; a class of 30 complete submissions, some of them
+the same programs written differently) are measured by ``bench_submission.py`` and
+``bench_class.py`` beside this script; this one is about verdicts that must not change.
+
 ``--extra FILE:ASSIGNMENT`` adds a submission that must FAIL at least one check of some function in
 every run (e.g. a blocking, non-overlapped ps3 answer once that assignment exists).
 """
