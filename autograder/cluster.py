@@ -28,9 +28,11 @@ import tempfile
 import threading
 import time
 import uuid
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Iterable, Iterator, Optional
+
+from .records import _expect_keys  # one check of a record's fields (RecordError: a ValueError)
 
 #: the most bytes of the student's folder sent with a submission (as copy_student_folder)
 FOLDER_LIMIT = 64 << 20
@@ -50,14 +52,6 @@ def require_distributed():
         raise ClusterUnavailable("grading on a cluster needs Dask distributed: "
                                  f"{INSTALL_HINT}") from None
     return distributed
-
-
-def _expect_keys(d, cls) -> None:
-    if not isinstance(d, dict):
-        raise ValueError(f"{cls.__name__}: expected a dict, found {type(d).__name__}")
-    unknown = sorted(set(d) - {f.name for f in fields(cls)})
-    if unknown:
-        raise ValueError(f"{cls.__name__}: unknown field(s) {unknown}")
 
 
 def _typed(d: dict, name: str, types, *, optional: bool = False):

@@ -227,6 +227,7 @@ class Programs:
         self._jobs: list = []
         self._cancelled = False
         self._numerics: Optional[dict] = None  # request id -> (layout, case) to compile
+        self._cases: Optional[list] = None
 
     # -- artifacts -------------------------------------------------------------------------
     def artifact(self, layout, case: Case) -> Artifact:
@@ -318,10 +319,16 @@ class Programs:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
 
+    def cases(self) -> list:
+        """The plan's numerics cases, made once (the first time a program arrives or is run)."""
+        if self._cases is None:
+            self._cases = self.plan.cases()
+        return self._cases
+
     def _numerics_cases(self) -> dict:
         if self._numerics is None:
             self._numerics = {}
-            for layout, cases in self.plan.cases():
+            for layout, cases in self.cases():
                 for c in cases:
                     self._numerics.setdefault(self.plan.request(layout, c).id, (layout, c))
         return self._numerics
@@ -403,7 +410,7 @@ def run_case(programs: Programs, layout, case: Case, *, want_program: bool,
 
 def gather_attempts(programs: Programs) -> list[checks.Attempt]:
     attempts = []
-    cases = programs.plan.cases()
+    cases = programs.cases()
     programs.precompile()
     for layout, cs in cases:
         for i, case in enumerate(cs):
