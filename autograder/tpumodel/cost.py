@@ -2,7 +2,11 @@
 
 Compute. Array operations are grouped into kernels the way XLA's TPU fusion would (elementwise
 chains fuse together; an elementwise consumer fuses into the one matmul feeding it; slices,
-converts and transposes feeding a matmul fuse into it), then each kernel is timed by the roofline:
+converts and transposes feeding a matmul fuse into it), except that a matmul never takes in a
+consumer that reads a transfer the matmul itself does not wait for: a kernel starts when all its
+inputs are there, so such a fusion would hold the matmul back until the data arrives (in a
+reduce-scatter ring, ``ppermute(acc) + t @ w[block]`` keeps the dot free to run while ``acc``
+travels; the add is a small kernel of its own). Then each kernel is timed by the roofline:
 ``max(matmul FLOPs / MXU rate, HBM bytes / HBM bandwidth) + launch overhead``, where HBM bytes are
 what enters the kernel from outside plus what leaves it.
 
@@ -173,13 +177,42 @@ def _consumers(nodes: list[Node]):
     return cons
 
 
+def transfers(nodes: list[Node]) -> tuple[list[int], list[int]]:
+    """Per node, two sets of collectives as bit masks (bit i: the i-th collective of ``nodes``):
+    ``waits``, every transfer the node depends on, however far back; ``reads``, the transfers
+    whose data reach it through elementwise ops alone (the output of a matmul or of any other
+    kernel of its own counts as computed data, not as a transfer)."""
+    waits: list[int] = []
+    reads: list[int] = []
+    bit: dict[int, int] = {}
+    for n in nodes:
+        w = r = 0
+        for d in n.deps:
+            w |= waits[d]
+            r |= reads[d]
+        if n.opcode in COLLECTIVES:
+            bit[n.id] = 1 << len(bit)
+            w |= bit[n.id]
+            r = bit[n.id]
+        elif n.opcode in HEAVY or n.opcode in STANDALONE:
+            r = 0
+        waits.append(w)
+        reads.append(r)
+    return waits, reads
+
+
 def fuse(nodes: list[Node], live_out: frozenset) -> list[list[int]]:
-    """Group compute nodes into kernels; collectives stay alone. Returns member lists in order."""
+    """Group compute nodes into kernels; collectives stay alone. Returns member lists in order.
+
+    An elementwise node joins the kernel of a matmul feeding it only if every transfer it reads
+    (see :func:`transfers`) is one that kernel already waits for."""
     cons = _consumers(nodes)
+    waits, reads = transfers(nodes)
     kernel_of: dict[int, int] = {}
     members: dict[int, list[int]] = {}
     heavy: dict[int, bool] = {}
     created: dict[int, int] = {}
+    kernel_waits: dict[int, int] = {}
     counter = 0
 
     def closed_to(kid: int, c: int) -> bool:
@@ -196,6 +229,7 @@ def fuse(nodes: list[Node], live_out: frozenset) -> list[list[int]]:
         kid = n.id
         if n.opcode in COLLECTIVES:
             kernel_of[n.id], members[kid], heavy[kid], created[kid] = kid, [n.id], False, counter
+            kernel_waits[kid] = waits[n.id]
             continue
         is_heavy = n.opcode in HEAVY
         cands = []
@@ -209,16 +243,21 @@ def fuse(nodes: list[Node], live_out: frozenset) -> list[list[int]]:
                 if closed_to(k, n.id):
                     cands.append(k)
         light = [k for k in cands if not heavy[k]]
-        heavies = [k for k in cands if heavy[k]]
+        own_reads = 0
+        for d in n.deps:
+            own_reads |= reads[d]
+        heavies = [k for k in cands if heavy[k] and own_reads & ~kernel_waits[k] == 0]
         chosen = list(light)
         if not is_heavy and heavies:
             chosen.append(max(heavies, key=lambda k: created[k]))
         members[kid] = [n.id]
         heavy[kid] = is_heavy or any(heavy[k] for k in chosen)
         created[kid] = counter
+        kernel_waits[kid] = waits[n.id]
         for k in chosen:
             members[kid] = members.pop(k) + members[kid]
             heavy.pop(k)
+            kernel_waits[kid] |= kernel_waits.pop(k)
         for m in members[kid]:
             kernel_of[m] = kid
     return [sorted(ms) for _, ms in sorted(members.items(), key=lambda kv: min(kv[1]))]
