@@ -1,4 +1,4 @@
-"""Small looking-glass helpers the notebooks use (bundled into every selfcheck.py).
+"""Small looking-glass helpers the notebooks use (copied into every selfcheck package).
 
 They show what a function's program does: the collectives you wrote (the jaxpr), the ones XLA
 runs (the compiled module), a wall-clock comparison with the jit baseline, and the course's TPU
@@ -60,10 +60,11 @@ def time_vs_jit(f, baseline, *args, reps: int = 5) -> float:
 def tpu_profile(name: str, fn, mesh, chip: str = "v5e"):
     """How ``fn`` (the graded function ``name``) would run on a TPU, against jit.
 
-    Prints the modeled time, compute, communication and the communication left exposed, and
-    shows the timeline (a lane for compute, one per ring link and direction). The model comes
-    with the course package (pip install the course repository); it is skipped while nbgrader
-    grades the notebook.
+    Returns a profile that shows itself as a few lines (modeled times, the ratio beside the
+    grader's limit, the critical path: which task waits for which) and the timeline picture (a
+    lane for compute, one per ring link and direction). ``print(p)`` gives the lines alone. The
+    model comes with the course package (pip install the course repository); nothing is modeled
+    while nbgrader grades the notebook.
     """
     if os.environ.get("NBGRADER_EXECUTION"):
         return None
@@ -73,12 +74,4 @@ def tpu_profile(name: str, fn, mesh, chip: str = "v5e"):
         print("the TPU model comes with the course package: pip install the course repository, "
               "then run this cell again (or `python -m autograder profile NOTEBOOK FUNCTION`)")
         return None
-    prof = profile(fn, name, mesh, chip=chip)
-    print(prof.text())
-    try:
-        from IPython.display import Image, display
-
-        display(Image(filename=prof.png))
-    except ImportError:
-        print("timeline:", prof.png)
-    return prof
+    return profile(fn, name, mesh, chip=chip)

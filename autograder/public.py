@@ -1,29 +1,47 @@
 """The public self-check students run from their notebooks and with pytest.
 
 ``check(name, fn)`` runs ``fn`` on small random inputs on every course mesh and compares the
-result (values and output sharding) with the NumPy reference. It is bundled, together with the
-references, into each assignment's ``selfcheck.py``; inside the package the table comes from the
-registry. The hidden grader checks much more (structure, memory, speed, bigger shapes).
+result (values and output sharding) with the NumPy reference. tools/build_notebooks.py copies
+this module, the modules it imports and the references into each assignment's ``selfcheck``
+package, whose ``__init__`` fills :data:`PUBLIC`; inside the course package the table comes from
+the registry. The hidden grader checks much more (structure, memory, speed, bigger shapes).
 """
 from __future__ import annotations
 
 import functools
+import importlib
 
 import numpy as np
 
-#: name -> {'args', 'in_specs', 'out_spec', 'uses_mesh', 'case', 'reference', 'rtol', 'atol'}
+from .compare import compare_values, genuine_array, sharding_problem
+from .loader import load
+from .meshes import make_mesh
+
+#: name -> {'args', 'in_specs', 'out_spec', 'uses_mesh', 'case', 'reference', 'rtol', 'atol'};
+#: 'case' and 'reference' are [module relative to this package, function name]
 PUBLIC: dict = {}
-#: where the case makers and references named in PUBLIC live (a module)
-_REFS = None
 
 
-def _table():
+def _table() -> dict:
     if PUBLIC:
-        return PUBLIC, _REFS
-    from autograder import registry  # inside the package only
+        return PUBLIC
+    from autograder import registry  # the course package (a copied package has PUBLIC filled)
 
-    table = {p.name: public_entry(p) for p in registry.problems()}
-    return table, None
+    return {p.name: public_entry(p) for p in registry.problems()}
+
+
+def _where(fn) -> list[str]:
+    """[module relative to the package, name] of a registry function (a references module)."""
+    package = __package__ or __name__.rpartition(".")[0]
+    module = fn.__module__
+    if not module.startswith(package + "."):
+        raise ValueError(f"{fn.__name__} lives in {module}, outside the {package} package")
+    return [module[len(package):], fn.__name__]
+
+
+def _function(where) -> object:
+    module, name = where
+    return getattr(importlib.import_module(module, __package__), name)
 
 
 def public_entry(problem) -> dict:
@@ -33,20 +51,11 @@ def public_entry(problem) -> dict:
         "in_specs": [None if s is None else list(s) for s in problem.in_specs],
         "out_spec": list(problem.out_spec),
         "uses_mesh": problem.uses_mesh,
-        "module": problem.make_case.__module__,
-        "case": problem.make_case.__name__,
-        "reference": problem.reference.__name__,
+        "case": _where(problem.make_case),
+        "reference": _where(problem.reference),
         "rtol": problem.rtol,
         "atol": problem.atol,
     }
-
-
-def _refs_for(spec, refs):
-    if refs is not None:
-        return refs
-    import importlib
-
-    return importlib.import_module(spec["module"])
 
 
 def check(name: str, fn, *, layouts=((2, 4), (4, 2), (1, 8), (8, 1)), cases: int = 2,
@@ -55,13 +64,11 @@ def check(name: str, fn, *, layouts=((2, 4), (4, 2), (1, 8), (8, 1)), cases: int
     import jax
     from jax.sharding import NamedSharding, PartitionSpec
 
-    table, refs = _table()
+    table = _table()
     if name not in table:
         raise KeyError(f"unknown graded function {name!r}")
     spec = table[name]
-    refs = _refs_for(spec, refs)
-    make_case = getattr(refs, spec["case"])
-    reference = getattr(refs, spec["reference"])
+    make_case, reference = _function(spec["case"]), _function(spec["reference"])
     in_specs = [None if s is None else PartitionSpec(*s) for s in spec["in_specs"]]
     out_spec = PartitionSpec(*spec["out_spec"])
     static = tuple(i for i, s in enumerate(in_specs) if s is None)
@@ -108,12 +115,3 @@ def load_functions(path) -> dict:
     for note in loaded.notes:
         print("note:", note)
     return {k: v for k, v in loaded.namespace.items() if callable(v)}
-
-
-# Inside the package these come from sibling modules; the bundle defines them above this code.
-try:  # pragma: no cover - trivial
-    from .compare import compare_values, genuine_array, sharding_problem  # noqa: F401
-    from .loader import load  # noqa: F401
-    from .meshes import make_mesh  # noqa: F401
-except ImportError:  # running inside a generated selfcheck.py
-    pass

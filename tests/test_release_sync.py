@@ -1,4 +1,5 @@
-"""source/ is built from notebooks/ + solutions/, release/ from source/: both must be current."""
+"""source/ is built from notebooks/ + solutions/ (and the selfcheck package from the course
+package's modules), release/ from source/: both must be current."""
 import json
 import os
 import shutil
@@ -27,9 +28,16 @@ def _cells(path: Path):
 
 @pytest.fixture(scope="module")
 def regenerated(tmp_path_factory):
+    """release/ made afresh: the committed source/ notebooks, the selfcheck packages built
+    from today's course package (git-ignored in source/), then nbgrader."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    from build_notebooks import PACKAGE, write_package
+
     course = tmp_path_factory.mktemp("course")
     shutil.copytree(ROOT / "source", course / "source",
-                    ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache"))
+                    ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache", PACKAGE))
+    for asg in ASSIGNMENTS:
+        write_package(asg, course / "source" / asg)
     shutil.copy(ROOT / "nbgrader_config.py", course / "nbgrader_config.py")
     nbgrader = Path(sys.executable).with_name("nbgrader")
     env = dict(os.environ, PATH=str(nbgrader.parent) + os.pathsep + os.environ["PATH"])
@@ -40,18 +48,32 @@ def regenerated(tmp_path_factory):
     return course / "release"
 
 
+def _files(folder: Path) -> list[str]:
+    """Every file under ``folder`` (sub-folders included), relative, caches left out."""
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()
+                  and not {"__pycache__", ".pytest_cache"} & set(p.relative_to(folder).parts))
+
+
 @pytest.mark.parametrize("asg", ASSIGNMENTS)
 def test_release_matches_nbgrader_output(asg, regenerated):
     committed = ROOT / "release" / asg
     fresh = regenerated / asg
-    names = sorted(p.name for p in fresh.iterdir() if p.is_file())
-    assert sorted(p.name for p in committed.iterdir() if p.is_file()
-                  and "__pycache__" not in p.parts) == names, "run `make release`"
+    names = _files(fresh)
+    assert "selfcheck/__init__.py" in names and "selfcheck/public.py" in names, names
+    assert _files(committed) == names, "run `make release`"
     for name in names:
         if name.endswith(".ipynb"):
             assert _cells(committed / name) == _cells(fresh / name), f"{name}: run `make release`"
         else:
-            assert (committed / name).read_text() == (fresh / name).read_text(), name
+            assert (committed / name).read_text() == (fresh / name).read_text(), \
+                f"release/{asg}/{name}: run `make release`"
+
+
+def test_selfcheck_package_is_generated_not_committed():
+    """Only release/ holds a committed copy of the course modules."""
+    p = subprocess.run(["git", "ls-files", "source"], cwd=ROOT, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert not [f for f in p.stdout.split() if "selfcheck" in f], p.stdout
 
 
 @pytest.mark.parametrize("asg", ASSIGNMENTS)
@@ -59,7 +81,7 @@ def test_release_reveals_no_solutions_or_hidden_tests(asg):
     from tools_helpers import solution_bodies
 
     release = ROOT / "release" / asg
-    text = "\n".join(p.read_text() for p in release.iterdir() if p.is_file())
+    text = "\n".join((release / name).read_text() for name in _files(release))
     for marker in ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "autograder.nb"):
         assert marker not in text, f"{marker!r} leaked into release/{asg}"
     for body in solution_bodies(asg):

@@ -3,6 +3,9 @@ from __future__ import annotations
 
 from .schedule import Timeline
 
+#: resolution of the picture (a notebook shows it about 880 pixels wide) and its palette size
+DPI = 80
+PALETTE_COLORS = 64
 _COLORS = {"mxu": "#4C72B0", "mem": "#8DA0CB", "comm": "#DD8452", "idle": "#EEEEEE"}
 
 
@@ -22,7 +25,7 @@ def plot_timelines(panels: list[tuple[str, Timeline]], path: str) -> str:
     import matplotlib.pyplot as plt
 
     heights = [max(2, len(_lanes(tl))) for _, tl in panels]
-    fig, axes = plt.subplots(len(panels), 1, figsize=(13, 1.2 + 0.65 * sum(heights)),
+    fig, axes = plt.subplots(len(panels), 1, figsize=(11, 1.1 + 0.55 * sum(heights)),
                              gridspec_kw={"height_ratios": heights}, squeeze=False)
     xmax = max((tl.makespan for _, tl in panels), default=0.0) * 1e6 or 1.0
     for ax, (title, tl) in zip(axes[:, 0], panels):
@@ -50,6 +53,17 @@ def plot_timelines(panels: list[tuple[str, Timeline]], path: str) -> str:
         ax.grid(axis="x", alpha=0.3)
     axes[-1, 0].set_xlabel("modeled time (us)")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=DPI)
     plt.close(fig)
+    _to_palette(path)
     return path
+
+
+def _to_palette(path: str) -> None:
+    """Store the picture with a small palette: a few flat colours and text, so a notebook that
+    shows several timelines stays small."""
+    from PIL import Image
+
+    with Image.open(path) as im:
+        small = im.convert("RGB").quantize(colors=PALETTE_COLORS)
+    small.save(path, optimize=True)

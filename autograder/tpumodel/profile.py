@@ -5,10 +5,12 @@ Notebook use::
     from autograder.tpumodel import profile
     p = profile(matmul_allgather, "matmul_allgather", mesh)           # registry 'speed' case
     p = profile(fn, "matmul_allgather", (2, 4), shape=(1024, 2048, 2048), dtype="bfloat16")
-    print(p.text()); p.png
+    p          # a few lines: times, the ratio against the grader's limit, the critical path
+    p.png      # the timeline picture (a notebook shows it under the lines)
 """
 from __future__ import annotations
 
+import collections
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -18,6 +20,7 @@ import numpy as np
 
 from .api import Modeled, compare
 from .plot import plot_timelines
+from .schedule import Timeline
 
 #: how ``--shape`` letters map onto each argument's dims, per graded function (matmul problems)
 SHAPE_DIMS = {
@@ -32,42 +35,144 @@ SHAPE_DIMS = {
 SHAPE_LETTERS = "BDF"
 
 
+#: how many waits for a transfer a profile's text lists
+CRITICAL_LINES = 6
+#: two times closer than this (seconds) are the same instant in the schedule
+_EPS = 1e-12
+
+
+@dataclass(frozen=True)
+class Wait:
+    """One step of the critical path: ``task`` could not start earlier because of ``on``."""
+
+    task: str
+    kind: str  # 'compute' or 'comm'
+    duration_us: float
+    on: Optional[str] = None  # the task it waited for (None: it started the program)
+    why: str = ""  # 'data' (it reads ``on``'s result), or the compute stream or link ``on`` held
+    on_kind: Optional[str] = None  # 'compute' or 'comm'
+    on_us: float = 0.0  # how long ``on`` runs
+
+    @property
+    def exposed(self) -> bool:
+        """A computation waiting for a transfer's data: communication not hidden."""
+        return self.kind == "compute" and self.why == "data" and self.on_kind == "comm"
+
+    def line(self) -> str:
+        what = f"{self.task} ({self.kind}, {self.duration_us:.1f} us)"
+        if self.on is None:
+            return what + " starts the program"
+        if self.why == "data":
+            return f"{what} waits for the result of {self.on} ({self.on_kind}, {self.on_us:.1f} us)"
+        return f"{what} waits for {self.why} to be free after {self.on}"
+
+
+def _lane(resource) -> str:
+    return "the compute stream" if resource == "compute" else f"link ICI {resource[0]}{resource[1]}"
+
+
+def critical_path(tl: Timeline) -> list[Wait]:
+    """The chain of tasks that sets the modeled time, first to last, each with what it waited
+    for: a transfer or result it reads ('data'), or a compute stream or link another task held."""
+    if not tl.tasks:
+        return []
+    by_id = {t.id: t for t in tl.tasks}
+    cur = max(tl.tasks, key=lambda t: (tl.end[t.id], t.id))
+    chain: list[Wait] = []
+    while cur is not None:
+        s = tl.start[cur.id]
+        on, why = None, ""
+        if s > _EPS:
+            feeding = [d for d in cur.deps if abs(tl.end[d] - s) <= _EPS]
+            if feeding:
+                on, why = by_id[max(feeding)], "data"
+            else:
+                for r in cur.resources:
+                    held = [t for t in tl.tasks if t.id != cur.id and r in t.resources
+                            and abs(tl.end[t.id] - s) <= _EPS and t.duration > 0]
+                    if held:
+                        on, why = held[-1], _lane(r)
+                        break
+        chain.append(Wait(cur.label, cur.kind, cur.duration * 1e6) if on is None else
+                     Wait(cur.label, cur.kind, cur.duration * 1e6, on.label, why, on.kind,
+                          on.duration * 1e6))
+        cur = on
+    return chain[::-1]
+
+
 @dataclass
 class Profile:
+    """The student's function and the jit baseline, modeled; renders as a few lines and the
+    timeline picture (``png``)."""
+
     student: Modeled
     baseline: Modeled
     png: Optional[str] = None
     notes: list = field(default_factory=list)
+    #: the graded function's name and the grader's limit on the modeled ratio (None: unknown)
+    problem: Optional[str] = None
+    limit: Optional[float] = None
 
     @property
     def ratio(self) -> float:
         return self.student.time_us / max(self.baseline.time_us, 1e-9)
 
+    @property
+    def passes(self) -> Optional[bool]:
+        """Whether the modeled ratio is within the grader's limit (None without a limit)."""
+        return None if self.limit is None else self.ratio <= self.limit
+
+    def waits(self) -> list[Wait]:
+        """The student's critical path (see :func:`critical_path`)."""
+        return critical_path(self.student.timeline)
+
     def to_dict(self) -> dict:
         s, b = self.student.timeline.summary(), self.baseline.timeline.summary()
-        return {"chip": self.student.chip, "mesh": "x".join(map(str, self.student.mesh_shape)),
+        return {"problem": self.problem, "chip": self.student.chip,
+                "mesh": "x".join(map(str, self.student.mesh_shape)),
                 "student_us": s["time_us"], "baseline_us": b["time_us"], "ratio": self.ratio,
+                "limit": self.limit, "passes": self.passes,
                 "compute_us": s["compute_us"], "comm_us": s["comm_us"],
                 "exposed_comm_us": s["exposed_comm_us"], "baseline_compute_us": b["compute_us"],
                 "baseline_comm_us": b["comm_us"],
                 "baseline_exposed_comm_us": b["exposed_comm_us"], "png": self.png,
-                "notes": list(self.notes)}
+                "critical_path": [w.line() for w in self.waits()], "notes": list(self.notes)}
 
-    def text(self) -> str:
+    def verdict(self) -> str:
+        text = f"ratio (yours / baseline) {self.ratio:.2f}"
+        if self.limit is None:
+            return text
+        return text + (f", limit {self.limit:g}: "
+                       + ("within the limit" if self.passes else "OVER the limit"))
+
+    def text(self, critical_lines: int = CRITICAL_LINES) -> str:
         d = self.to_dict()
-        lines = [f"Modeled on TPU {d['chip']}, mesh {d['mesh']} (one device's program):",
+        name = f"{self.problem} " if self.problem else ""
+        lines = [f"{name}modeled on TPU {d['chip']}, mesh {d['mesh']} (one device's program):",
                  f"  {'':14s}{'total':>10s}{'compute':>10s}{'comm':>10s}{'exposed':>10s}  (us)"]
-        for name, m in (("your function", self.student), ("jit baseline", self.baseline)):
+        for label, m in (("your function", self.student), ("jit baseline", self.baseline)):
             s = m.timeline.summary()
-            lines.append(f"  {name:14s}{s['time_us']:10.1f}{s['compute_us']:10.1f}"
+            lines.append(f"  {label:14s}{s['time_us']:10.1f}{s['compute_us']:10.1f}"
                          f"{s['comm_us']:10.1f}{s['exposed_comm_us']:10.1f}")
-        lines.append(f"  ratio (yours / baseline): {self.ratio:.2f}")
-        if self.png:
-            lines.append(f"  timeline: {self.png}")
+        lines.append("  " + self.verdict())
+        waits = self.waits()
+        exposed = [w for w in waits if w.exposed]
+        kinds = collections.Counter(w.task for w in waits)
+        lines.append(f"  critical path: {len(waits)} tasks ("
+                     + ", ".join(f"{n} {k}" for k, n in kinds.most_common()) + "); "
+                     + (f"{len(exposed)} computation(s) wait for a transfer:" if exposed else
+                        "no computation waits for a transfer (the communication is hidden)"))
+        lines += [f"    {w.line()}" for w in exposed[:critical_lines]]
+        if len(exposed) > critical_lines:
+            lines.append(f"    ... and {len(exposed) - critical_lines} more (p.waits() lists "
+                         "the whole path)")
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
 
-    def _repr_html_(self):  # notebooks: the table and the picture
+    def __repr__(self) -> str:
+        return self.text()
+
+    def _repr_html_(self):  # notebooks: the few lines, then the picture once
         import base64
         import html
 
@@ -140,7 +245,7 @@ def profile(fn, problem, mesh=(2, 4), args=None, *, chip=None, shape=None, dtype
     if args is None:
         args = case_args(problem, mesh, shape=shape, dtype=dtype)
     st, base = compare(problem, fn, mesh, args, chip=chip, program=program)
-    prof = Profile(st, base)
+    prof = Profile(st, base, problem=problem.name, limit=problem.threshold("tpu_model"))
     if png is not None:
         if png == "":
             fd, png = tempfile.mkstemp(prefix=f"profile-{problem.name}-", suffix=".png")
