@@ -1,0 +1,56 @@
+"""What the grader checks, as the notebooks state it: read from the registry, never typed twice."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from autograder import bars, registry
+from autograder.rules_ring import ring_budget
+
+NAMES = [p.name for p in registry.problems()]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_points_split_over_the_checks_the_grader_runs(name):
+    p = registry.get(name)
+    b = bars.bar(p)
+    assert [l.check for l in b.lines] == list(p.check_names)
+    assert sum(l.points for l in b.lines) == pytest.approx(p.points)
+    assert f"`{name}`" in b.markdown() and f"{p.points:g} points" in b.markdown()
+
+
+def test_speed_limit_and_basis_come_from_the_problem():
+    p = dataclasses.replace(registry.get("matmul_allgather"),
+                            speed_threshold={"tpu_model": 0.61, "tpu": 0.83, "cpu": 7.5})
+    speed = dict((l.check, l.passes) for l in bars.bar(p).lines)["speed"]
+    assert "at most 0.61**, modeled on TPU" in speed
+    assert "measured on a TPU, at most 0.83" in speed and "at most 7.5 on CPU" in speed
+    assert "mesh 2x4" in speed and "A: float32[" in speed
+
+
+def test_ring_budget_is_the_rule_s_own():
+    p = registry.get("matmul_reducescatter")
+    case = p.case(np.random.default_rng(0), *p.speed_layout, "speed")
+    t, w2 = case.args
+    out = np.asarray(p.reference(case.args, *p.speed_layout))
+    budget, per_send, need = ring_budget("reducescatter", *p.speed_layout,
+                                         (t.shape, t.itemsize), (out.shape, out.itemsize))
+    structure = dict((l.check, l.passes) for l in bars.bar(p).lines)["structure"]
+    assert need in structure and bars._mib(budget) in structure
+    assert bars._mib(per_send) in structure
+
+
+def test_no_budget_where_there_is_no_ring():
+    structure = dict((l.check, l.passes) for l in bars.bar(registry.get("roll_diff")).lines)
+    assert "byte budget" not in structure["structure"]
+
+
+def test_memory_bound_at_the_grading_shape():
+    p = registry.get("moe_local")
+    case = p.case(np.random.default_rng(0), *p.speed_layout, "memory")
+    bound, what = p.memory_bound(case, *p.speed_layout)
+    memory = dict((l.check, l.passes) for l in bars.bar(p).lines)["memory"]
+    assert what in memory and bars._mib(bound) in memory
+    assert "device" not in memory  # one device: no talk of devices

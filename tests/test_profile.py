@@ -1,0 +1,83 @@
+"""tpu_profile's result: a few lines (times, the ratio beside the grader's limit, which task
+waits for which) and one picture, not a dump."""
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from autograder import registry
+from autograder.meshes import make_mesh
+from autograder.tpumodel import profile
+from autograder.tpumodel.cost import Task
+from autograder.tpumodel.profile import critical_path
+from autograder.tpumodel.schedule import schedule
+
+US = 1e-6
+
+
+def _task(i, kind, label, us, deps=(), resources=None):
+    res = resources or (("compute",) if kind == "compute" else (("Y", "+"),))
+    return Task(i, kind, label, us * US, res, set(deps))
+
+
+def test_critical_path_names_the_transfer_a_computation_waits_for():
+    # a slice, its send (10 us), a matmul that does not need it (4 us), and the one that does
+    tasks = [_task(0, "compute", "slice", 1), _task(1, "comm", "ppermute", 10, deps=[0]),
+             _task(2, "compute", "dot_local", 4), _task(3, "compute", "dot_recv", 4, deps=[1])]
+    path = critical_path(schedule(tasks))
+    assert [w.task for w in path] == ["slice", "ppermute", "dot_recv"]
+    assert [w.exposed for w in path] == [False, False, True]
+    assert path[-1].on == "ppermute" and path[-1].why == "data"
+    assert "waits for the result of ppermute (comm, 10.0 us)" in path[-1].line()
+    assert path[0].on is None and "starts the program" in path[0].line()
+
+
+def test_critical_path_through_a_busy_compute_stream():
+    tasks = [_task(0, "compute", "first", 5), _task(1, "compute", "second", 3)]
+    path = critical_path(schedule(tasks))
+    assert [w.task for w in path] == ["first", "second"]
+    assert not path[1].exposed and path[1].why == "the compute stream"
+
+
+def _blocking(A, W, mesh):
+    """All of A gathered before the matmul: the transfer cannot hide."""
+    def body(a, w):
+        return jax.lax.all_gather(a, "Y", axis=1, tiled=True) @ w
+
+    return jax.shard_map(body, mesh=mesh, in_specs=(P("X", "Y"), P(None, "Y")),
+                         out_specs=P("X", "Y"))(A, W)
+
+
+@pytest.fixture(scope="module")
+def args():
+    mesh = make_mesh(2, 4)
+    put = lambda shape, spec: jax.device_put(jnp.zeros(shape, jnp.float32),  # noqa: E731
+                                             NamedSharding(mesh, spec))
+    return mesh, [put((256, 1024), P("X", "Y")), put((1024, 1024), P(None, "Y"))]
+
+
+def test_profile_shows_the_limit_and_what_waits(args, tmp_path):
+    mesh, a = args
+    prob = registry.get("matmul_allgather")
+    p = profile(_blocking, prob, mesh, a, png=str(tmp_path / "t.png"))
+    text = repr(p)
+    assert p.limit == prob.threshold("tpu_model")
+    assert f"limit {p.limit:g}" in text and f"{p.ratio:.2f}" in text
+    assert ("within the limit" in text) == (p.ratio <= p.limit) == p.passes
+    assert "dot_general (compute" in text and "waits for the result of all_gather" in text
+    assert len(text.splitlines()) <= 12
+    html = p._repr_html_()
+    assert html.count("<img") == 1 and "waits for the result" in html
+
+
+def test_profile_limit_follows_the_registry(args):
+    """Not a number of its own: a problem with another limit shows that one."""
+    mesh, a = args
+    prob = dataclasses.replace(registry.get("matmul_allgather"),
+                               speed_threshold={"tpu_model": 0.37})
+    p = profile(_blocking, prob, mesh, a, png=None)
+    assert p.limit == 0.37 and "limit 0.37: OVER the limit" in repr(p) and p.passes is False
