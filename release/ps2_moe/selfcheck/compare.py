@@ -1,0 +1,63 @@
+"""Comparing an answer with the reference: values and layout.
+
+Pure functions of NumPy/JAX values, with messages a student can act on. Used by the grader's
+numerics and sharding checks and bundled into each assignment's public self-check.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def describe_spec(spec) -> str:
+    return "P(" + ", ".join(repr(s) for s in tuple(spec)) + ")"
+
+
+def genuine_array(out):
+    """Return ``out`` if it is a real jax.Array, else raise TypeError with the type found."""
+    import jax
+
+    if isinstance(out, (tuple, list)) and len(out) == 1:
+        out = out[0]
+    if type(out).__module__.startswith("jax") and isinstance(out, jax.Array):
+        return out
+    raise TypeError(f"expected a jax.Array, found {type(out).__module__}.{type(out).__name__}")
+
+
+def compare_values(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> str | None:
+    """None if ``got`` matches ``want``; otherwise what differs, in one sentence."""
+    if tuple(got.shape) != tuple(want.shape):
+        return f"expected shape {tuple(want.shape)}, found {tuple(got.shape)}"
+    if got.dtype != want.dtype and not (np.issubdtype(got.dtype, np.floating)
+                                         and np.issubdtype(want.dtype, np.floating)):
+        return f"expected dtype {want.dtype}, found {got.dtype}"
+    g = np.asarray(got, dtype=np.float64)
+    w = np.asarray(want, dtype=np.float64)
+    if not np.all(np.isfinite(g)):
+        bad = int(np.sum(~np.isfinite(g)))
+        return f"the output has {bad} NaN/inf value(s) out of {g.size}"
+    scale = max(1.0, float(np.max(np.abs(w))) if w.size else 1.0)
+    err = np.abs(g - w)
+    tol = atol * scale + rtol * np.abs(w)
+    if np.all(err <= tol):
+        return None
+    idx = np.unravel_index(int(np.argmax(err - tol)), err.shape)
+    nbad = int(np.sum(err > tol))
+    return (f"{nbad} of {g.size} values differ; worst at index {tuple(int(i) for i in idx)}: "
+            f"expected {w[idx]:.6g}, found {g[idx]:.6g}")
+
+
+def sharding_problem(out, mesh, spec) -> str | None:
+    """None if ``out`` is laid out as ``NamedSharding(mesh, spec)``; otherwise what was found."""
+    from jax.sharding import NamedSharding
+
+    want = NamedSharding(mesh, spec)
+    got = out.sharding
+    try:
+        if got.is_equivalent_to(want, out.ndim):
+            return None
+    except Exception:
+        pass
+    found = getattr(got, "spec", None)
+    found_s = describe_spec(found) if found is not None else repr(got)
+    return (f"expected the output sharded as {describe_spec(spec)}, found {found_s}. "
+            "Look with: print(out.sharding); jax.debug.visualize_array_sharding(out)")
