@@ -137,6 +137,76 @@ def test_geometry_routes_short_way():
     assert [l[:2] for l in g.route(0, 5)] == [(0, "+"), (1, "+")]
 
 
+# ------------------------------------------------------- overlap: a matmul waits for what it reads
+def test_matmul_does_not_wait_for_a_transfer_only_its_consumer_reads(mesh):
+    """``ppermute(acc) + t @ w``: the dot is not fused with the add, so it needs no transfer
+    and can run while ``acc`` travels; the add waits for both."""
+    def body(acc, t, w):
+        return jax.lax.ppermute(acc, "Y", _RIGHT) + t @ w
+
+    acc, t = _put(mesh, (1024, 1024), P("X", "Y")), _put(mesh, (1024, 4096), P("X", "Y"))
+    w = _put(mesh, (4096, 256), P("Y", None))
+    m = model_function(_sm(body, mesh, (P("X", "Y"), P("X", "Y"), P("Y", None)), P("X", "Y")),
+                       (acc, t, w), mesh)
+    tasks = m.timeline.tasks
+    (send,) = [tk for tk in tasks if tk.kind == "comm"]
+    (dot,) = [tk for tk in tasks if tk.kind == "compute" and tk.flops > 0]
+    (add,) = [tk for tk in tasks if tk.kind == "compute" and tk.flops == 0]
+    assert dot.deps == set() and add.deps == {send.id, dot.id}
+    assert m.timeline.start[dot.id] == 0.0 and m.timeline.start[send.id] == 0.0
+
+
+#: every overlapped reference ring at a compute-bound shape (global shapes of the arguments), and
+#: how many of its longest transfers may stay exposed: one, the last, for a ring whose final step
+#: is followed by work that needs it (a matmul's last partial product, or the add of the last
+#: partial sum); the two-way all-reduce then shares the finished tiles in ny - 1 = 3 more steps
+#: that no compute is left to hide, so 4.
+RINGS = {
+    "matmul_allgather": (((1024, 1024), (1024, 4096)), 1),
+    "matmul_reducescatter": (((1024, 4096), (4096, 1024)), 1),
+    "mlp_block": (((1024, 1024), (1024, 4096), (4096, 1024)), 1),
+    "matmul_allreduce": (((1024, 8192), (8192, 2048)), 1),
+    "matmul_allgather_bidirectional": (((1024, 1024), (1024, 4096)), 1),
+    "matmul_reducescatter_bidirectional": (((1024, 4096), (4096, 1024)), 1),
+    "matmul_allreduce_bidirectional": (((1024, 8192), (8192, 2048)), 4),
+}
+
+
+def _reference_model(mesh, name, shapes):
+    from autograder import registry
+    from autograder.loader import load
+
+    problem = registry.get(name)
+    fn = load(ROOT / "solutions" / f"{problem.assignment}.py").function(name)
+    args = [_put(mesh, shape, spec) for shape, spec in zip(shapes, problem.in_specs, strict=True)]
+    return _model(fn, args, mesh)
+
+
+@pytest.mark.parametrize("name", sorted(RINGS))
+def test_reference_ring_hides_its_transfers(mesh, name):
+    shapes, steps = RINGS[name]
+    m = _reference_model(mesh, name, shapes)
+    s = m.timeline.summary()
+    assert s["compute_us"] > s["comm_us"] > 0, f"not a compute-bound shape: {s}"
+    step_us = max(t.duration for t in m.timeline.tasks if t.kind == "comm") / US
+    assert s["exposed_comm_us"] <= steps * step_us + 1e-6, (s, step_us)
+
+
+@pytest.mark.parametrize("fixture,name", [("monolithic_allgather", "matmul_allgather"),
+                                          ("psum_scatter", "matmul_reducescatter")])
+def test_blocking_collective_stays_exposed(mesh, fixture, name):
+    """all_gather before the matmul, or psum_scatter after it: nothing to overlap with."""
+    from autograder import registry
+    from autograder.loader import load
+
+    problem = registry.get(name)
+    fn = load(ROOT / "tests" / "fixtures" / "ps3" / f"{fixture}.py").function(name)
+    args = [_put(mesh, shape, spec) for shape, spec in zip(RINGS[name][0], problem.in_specs,
+                                                            strict=True)]
+    s = _model(fn, args, mesh).timeline.summary()
+    assert s["comm_us"] > 0 and s["exposed_comm_us"] == pytest.approx(s["comm_us"], rel=1e-9)
+
+
 # ------------------------------------------------------------------------------ calibration
 @pytest.fixture(scope="module")
 def published(mesh):
