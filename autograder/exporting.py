@@ -95,12 +95,33 @@ def describe_error(e: BaseException, limit: int = 1500) -> str:
     lines = [l for l in text.splitlines() if l.strip() and not set(l.strip()) <= {"-"}]
     lines = [l for l in lines if "JAX_TRACEBACK_FILTERING" not in l
              and "removed its internal frames" not in l]
-    text = "\n".join(lines)
     tb = traceback.extract_tb(e.__traceback__)
     student = [f for f in tb if f.filename.startswith("<")]
     if student:
-        text += f"\n(at {student[-1].filename} line {student[-1].lineno})"
-    return text[:limit]
+        lines.append(f"(at {student[-1].filename} line {student[-1].lineno})")
+    return cap_lines(lines, limit)
+
+
+def cap_lines(lines: list[str], limit: int) -> str:
+    """``lines`` joined, within ``limit`` characters: the first lines (what went wrong) and the
+    last ones (where JAX says how to fix it, and where it happened) are kept, lines from the
+    middle are left out first, and a line is cut short only when it alone is too long."""
+    text = "\n".join(lines)
+    if len(text) <= limit:
+        return text
+    head, tail = [], []
+    room = limit - 40  # the marker line
+    for i in range(len(lines)):  # alternately from the start and from the end
+        line = lines[i // 2] if i % 2 == 0 else lines[-1 - i // 2]
+        if i == 0 and len(line) + 1 > room // 2:  # what went wrong, cut to leave room
+            line = line[:room // 2 - 5] + " ..."
+        elif len(line) + 1 > room:
+            break
+        (head if i % 2 == 0 else tail).append(line)
+        room -= len(line) + 1
+    left_out = len(lines) - len(head) - len(tail)
+    marker = [f"[... {left_out} line{'s' * (left_out != 1)} left out ...]"] if left_out else []
+    return "\n".join(head + marker + tail[::-1])[:limit]
 
 
 def spec_of(problem_spec) -> tuple | None:

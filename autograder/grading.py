@@ -34,7 +34,7 @@ from .loader import GradingTimeout, time_limit
 from .meshes import layouts as all_layouts, make_mesh
 from .records import ArgSpec, ExportRequest
 from .registry import Case, Problem
-from .results import CheckResult, FunctionResult, failed
+from .results import CheckResult, FunctionResult, failed, skipped
 from .reuse import VerdictStore, artifact_digest, function_key
 from .stablehlo import program_from_exported
 from .timing import phase
@@ -451,10 +451,6 @@ def measure(student, baseline, args, *, rounds: int = 15, min_batch_s: float = 2
     return statistics.median(ts), statistics.median(tb), statistics.median(ratios)
 
 
-def _skipped(name: str, why: str) -> CheckResult:
-    return failed(name, f"not checked: {why}")
-
-
 def fresh_seed() -> int:
     """A secret seed for one grading run: nothing a student can predict or memorise."""
     return secrets.randbits(63)
@@ -484,7 +480,7 @@ def grade_function(problem: Problem, source, *, seed: int | None = None, quick: 
     res = FunctionResult(problem.name, float(problem.points), weights=dict(problem.weights))
     if source is None or not (callable(source) or hasattr(source, "export")):
         why = f"function {problem.name!r} not found in the submission"
-        res.checks = [_skipped(n, why) if n != "numerics" else failed(n, why)
+        res.checks = [skipped(n, why) if n != "numerics" else failed(n, why)
                       for n in problem.check_names]
         return res
     exporter = source if hasattr(source, "export") else \
@@ -519,11 +515,15 @@ def _grade(programs: Programs, res: FunctionResult, *, with_speed: bool, modeler
         attempts = gather_attempts(programs)
     num = checks.numerics(problem, attempts)
     res.checks.append(num)
+    if any(a.error is not None for a in attempts):
+        # a function that raised (or could not be exported or run) earns nothing else
+        res.checks += [skipped(n, "the function must run on every case first (see numerics)")
+                       for n in problem.check_names[1:]]
+        return
     res.checks.append(checks.sharding(problem, attempts))
     if not num.passed:
-        for n in problem.check_names[1:]:
-            if n != "sharding":
-                res.checks.append(_skipped(n, "the numerics check must pass first"))
+        res.checks += [skipped(n, "the numerics check must pass first")
+                       for n in problem.check_names[1:] if n != "sharding"]
         return
     res.checks.append(checks.structure(problem, attempts))
     if problem.memory_bound is not None:

@@ -13,18 +13,34 @@ class CheckResult:
     name: str
     passed: bool
     message: str = ""
+    #: not run, because an earlier check could not give it anything to judge (no points)
+    skipped: bool = False
+
+    def __post_init__(self):
+        if self.skipped and self.passed:
+            raise ValueError(f"check {self.name!r} cannot be both skipped and passed")
 
     def __bool__(self) -> bool:  # lets tests write ``assert check(...)``
         return self.passed
 
+    @property
+    def mark(self) -> str:
+        """How a report shows the verdict."""
+        return "SKIP" if self.skipped else "PASS" if self.passed else "FAIL"
+
     def to_dict(self) -> dict:
-        return {"name": self.name, "passed": bool(self.passed), "message": self.message}
+        d = {"name": self.name, "passed": bool(self.passed), "message": self.message}
+        if self.skipped:
+            d["skipped"] = True
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "CheckResult":
-        if not isinstance(d, dict) or set(d) != {"name", "passed", "message"}:
+        if not isinstance(d, dict) or not {"name", "passed", "message"} <= set(d) <= {
+                "name", "passed", "message", "skipped"}:
             raise ValueError(f"not a check result: {d!r}"[:200])
-        return cls(str(d["name"]), bool(d["passed"]), str(d["message"]))
+        return cls(str(d["name"]), bool(d["passed"]), str(d["message"]),
+                   skipped=bool(d.get("skipped", False)))
 
 
 def passed(name: str, message: str = "ok") -> CheckResult:
@@ -33,6 +49,11 @@ def passed(name: str, message: str = "ok") -> CheckResult:
 
 def failed(name: str, message: str) -> CheckResult:
     return CheckResult(name, False, message)
+
+
+def skipped(name: str, why: str) -> CheckResult:
+    """A check that was not run (no points), and why."""
+    return CheckResult(name, False, f"not checked: {why}", skipped=True)
 
 
 #: how a report marks a verdict reused from an identical program
@@ -75,9 +96,8 @@ class FunctionResult:
         lines = [f"{self.name}: {self.score:g} / {self.max_score:g}"
                  + (REUSED_NOTE if self.reused else "")]
         for c in self.checks:
-            mark = "PASS" if c.passed else "FAIL"
             msg = c.message.replace("\n", "\n        ")
-            lines.append(f"  [{mark}] {c.name}: {msg}")
+            lines.append(f"  [{c.mark}] {c.name}: {msg}")
         return "\n".join(lines)
 
 
@@ -117,4 +137,5 @@ class SubmissionResult:
         return "\n".join(parts)
 
 
-__all__ = ["CheckResult", "FunctionResult", "SubmissionResult", "passed", "failed", "asdict"]
+__all__ = ["CheckResult", "FunctionResult", "SubmissionResult", "passed", "failed", "skipped",
+           "asdict"]

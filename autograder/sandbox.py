@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from .records import Done, Plan, RecordError, Result, Start, parse
-from .results import CheckResult, FunctionResult, SubmissionResult
+from .results import CheckResult, FunctionResult, SubmissionResult, skipped
 
 @dataclass
 class Limits:
@@ -379,7 +379,7 @@ def _scored(name: str, checks: list[CheckResult], reused: bool = False) -> Funct
 
 
 def _zero(prob, why: str, check: str = "numerics") -> FunctionResult:
-    checks = [CheckResult(n, False, why if n == check else f"not checked: {why}")
+    checks = [CheckResult(n, False, why) if n == check else skipped(n, why)
               for n in prob.check_names]
     return _scored(prob.name, checks)
 
