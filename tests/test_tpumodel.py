@@ -156,6 +156,28 @@ def test_matmul_does_not_wait_for_a_transfer_only_its_consumer_reads(mesh):
     assert m.timeline.start[dot.id] == 0.0 and m.timeline.start[send.id] == 0.0
 
 
+def test_all_reduce_sliced_to_one_block_costs_a_reduce_scatter(mesh):
+    """``psum`` then each device's own block is GSPMD's reduce-scatter (jit writes a matmul
+    with a sharded contracting dimension and a sharded output so): costed as ``psum_scatter``;
+    a psum whose whole result is used stays an all-reduce, twice as long."""
+    def sliced(x):
+        block = x.shape[1] // 4
+        return jax.lax.dynamic_slice_in_dim(jax.lax.psum(x, "Y"), jax.lax.axis_index("Y") * block,
+                                            block, axis=1)
+
+    def scattered(x):
+        return jax.lax.psum_scatter(x, "Y", scatter_dimension=1, tiled=True)
+
+    x = _put(mesh, (1024, 4096), P("X", None))
+    comm = {}
+    for name, f, out in (("sliced", sliced, P("X", "Y")), ("scattered", scattered, P("X", "Y")),
+                         ("whole", lambda v: jax.lax.psum(v, "Y"), P("X", None))):
+        m = model_function(_sm(f, mesh, P("X", None), out), (x,), mesh)
+        comm[name] = m.timeline.summary()["comm_us"]
+    assert comm["sliced"] == pytest.approx(comm["scattered"], rel=1e-9)
+    assert comm["whole"] == pytest.approx(2 * comm["scattered"], rel=1e-9)
+
+
 #: every overlapped reference ring at a compute-bound shape (global shapes of the arguments), and
 #: how many of its longest transfers may stay exposed: one, the last, for a ring whose final step
 #: is followed by work that needs it (a matmul's last partial product, or the add of the last

@@ -15,7 +15,10 @@ Communication. Each mesh axis is a ring with a link per direction ("+" towards h
 (dimension by dimension) and takes ``max link load / link bandwidth + latency``; it holds the
 link directions it loads. XLA's monolithic collectives run the ring algorithm: an all-gather or
 reduce-scatter over n devices is n-1 steps of one shard each, an all-reduce is both, an
-all-to-all routes its n-1 chunks like a permute.
+all-to-all routes its n-1 chunks like a permute. An all-reduce of which each device only slices
+out at most 1/n (GSPMD's way of writing a reduce-scatter, e.g. a matmul whose contracting dimension
+is sharded and whose output is sharded) is costed as the reduce-scatter that XLA's later passes
+(``ReduceScatterCreator``) make of it.
 """
 from __future__ import annotations
 
@@ -118,8 +121,10 @@ def _pair_loads(geo: Geometry, pairs, nbytes: float):
     return lanes
 
 
-def collective_cost(node: Node, geo: Geometry, chip: chipmod.Chip, device: int = 0):
-    """(seconds, lanes, bytes on the busiest link, description) for one collective."""
+def collective_cost(node: Node, geo: Geometry, chip: chipmod.Chip, device: int = 0,
+                    used_bytes: Optional[float] = None):
+    """(seconds, lanes, bytes on the busiest link, description) for one collective.
+    ``used_bytes``: the most that any use of its result reads (None: all of it)."""
     op = node.opcode
     W = chip.ici_bw
     alpha = chipmod.ICI_LATENCY_S
@@ -152,6 +157,11 @@ def collective_cost(node: Node, geo: Geometry, chip: chipmod.Chip, device: int =
         shard = out_bytes
         t = (n - 1) * (shard / bw + alpha)
         return t, lanes, (n - 1) * shard / (k * len(dirs)), f"reduce-scatter over {names} (n={n})"
+    if op == "all-reduce" and used_bytes is not None and used_bytes * n <= in_bytes:
+        shard = in_bytes / n
+        t = (n - 1) * (shard / bw + alpha)
+        return t, lanes, (n - 1) * shard / (k * len(dirs)), \
+            f"all-reduce over {names} (n={n}), each device slicing 1/{n}: a reduce-scatter"
     if op == "all-reduce":
         shard = in_bytes / n
         t = 2 * (n - 1) * (shard / bw + alpha)
@@ -293,6 +303,20 @@ def _short_label(label: str) -> str:
     return (keep[-1] if keep else (parts[-1] if parts else label))[:40]
 
 
+def _sliced_bytes(node: Node, nodes: list[Node], cons: dict, live_out: frozenset):
+    """The most that any use of ``node``'s result reads, when every use is a slice of it;
+    None when the result leaves the program or some use reads all of it."""
+    if node.id in live_out or not cons[node.id] or len(node.out) != 1:
+        return None
+    sizes = []
+    for c in cons[node.id]:
+        use = nodes[c]
+        if use.opcode not in ("slice", "dynamic-slice") or use.inputs[0].deps != {node.id}:
+            return None
+        sizes.append(float(use.out_bytes))
+    return max(sizes)
+
+
 def build_tasks(nodes: list[Node], out_value, geo: Geometry, chip: chipmod.Chip,
                 device: int = 0) -> list[Task]:
     from .hlo import Leaf
@@ -319,7 +343,8 @@ def build_tasks(nodes: list[Node], out_value, geo: Geometry, chip: chipmod.Chip,
         iters = first.loop_iter
         suffix = f" [{','.join(map(str, iters))}]" if iters else ""
         if first.opcode in COLLECTIVES:
-            t, lanes, cb, desc = collective_cost(first, geo, chip, device)
+            t, lanes, cb, desc = collective_cost(first, geo, chip, device,
+                                                 _sliced_bytes(first, nodes, cons, live_out))
             shape = first.inputs[0].shape if first.inputs else first.out[0]
             lab = _short_label(first.label)
             if not any(k in lab for k in _COLLECTIVE_WORDS):
