@@ -10,15 +10,18 @@ from ..rules_ring import ring_rule
 
 ASSIGNMENT = "ps3_collective_matmul"
 
-#: TPU thresholds follow the source's v5e figures: the collective all-gather matmul ran at about
-#: 0.8x the time of jit's blocking all-gather; the reduce-scatter and the MLP block should at
-#: least match jit; the all-reduce may not beat XLA's own (the source says so). Off TPU the
-#: registry's loose defaults only catch blow-ups.
+#: Speed limits, as a ratio to the jit baseline's time. "tpu" (wall-clock on a real TPU): the
+#: source's v5e collective all-gather matmul ran in 0.785x jit's time; 0.9 asks for that overlap
+#: with room for timing noise, for each ring; the all-reduce may not beat XLA's own (the source
+#: says so), so 1.3 only rejects a clear slowdown. "tpu_model" (the TPU model, at the speed shape)
+#: where it differs: see README, "The speed check", for the modeled ratios these sit between
+#: (references 0.62-0.77; blocking programs 0.98-1.0; half-overlapped MLP 0.80-0.84; a psum split
+#: into 16 tiles 1.17). ps4 uses the same limits.
 SPEED = {
     "allgather": {"tpu": 0.9},
-    "allreduce": {"tpu": 1.3},
-    "reducescatter": {"tpu": 1.0},
-    "mlp": {"tpu": 1.0},
+    "allreduce": {"tpu": 1.3, "tpu_model": 1.1},
+    "reducescatter": {"tpu": 0.9},
+    "mlp": {"tpu": 0.9, "tpu_model": 0.75},
 }
 
 
