@@ -12,6 +12,7 @@ from .compare import compare_values
 from .program import Program
 from .registry import Case, Problem
 from .results import CheckResult, failed, passed
+from .rules import CLAUSES
 
 
 @dataclass
@@ -28,8 +29,23 @@ class Attempt:
     program: Optional[Program] = None
 
     def where(self, problem: Problem) -> str:
-        x, y = self.layout
-        return f"on mesh {x}x{y} with {self.case.describe(problem.arg_names)}"
+        return where(problem, self.layout, self.case)
+
+
+def mesh_name(layout) -> str:
+    return f"{layout[0]}x{layout[1]}"
+
+
+def where(problem: Problem, layout, case: Optional[Case] = None) -> str:
+    """Which case a message is about: the mesh only for a function that runs on one."""
+    on = f"on mesh {mesh_name(layout)}" if problem.uses_mesh else ""
+    args = f"with {case.describe(problem.arg_names)}" if case is not None else ""
+    return " ".join(w for w in (on, args) if w)
+
+
+def on_meshes(layouts) -> str:
+    names = [mesh_name(l) for l in layouts]
+    return f"on mesh{'es' * (len(names) > 1)} {', '.join(names)}"
 
 
 @dataclass
@@ -51,9 +67,9 @@ def numerics(problem: Problem, attempts: list[Attempt]) -> CheckResult:
         msg = compare_values(a.value, a.expected, problem.rtol, problem.atol)
         if msg is not None:
             return failed("numerics", f"{a.where(problem)}: {msg}")
-    layouts = sorted({f"{x}x{y}" for x, y in (a.layout for a in attempts)})
-    return passed("numerics", f"matches the NumPy reference on {len(attempts)} cases "
-                  f"(meshes {', '.join(layouts)})")
+    layouts = list(dict.fromkeys(a.layout for a in attempts))
+    return passed("numerics", f"matches the NumPy reference on {len(attempts)} cases"
+                  + (f" ({on_meshes(layouts)})" if problem.uses_mesh else ""))
 
 
 def sharding(problem: Problem, attempts: list[Attempt]) -> CheckResult:
@@ -74,18 +90,31 @@ def structure(problem: Problem, attempts: list[Attempt]) -> CheckResult:
     traced = [a for a in attempts if a.program is not None]
     if not traced:
         return failed("structure", "the program could not be traced")
-    msgs: list[str] = []
+    seen: dict[str, list] = {}  # each clause of the rules' findings -> the meshes it holds on
     for a in traced:
         for rule in problem.rules:
             res = rule(a.program, a.mesh, problem)
             if res is None:
                 continue
             if not res.passed:
-                x, y = a.layout
-                return failed("structure", f"on mesh {x}x{y}: {res.message}")
-            if res.message not in msgs:
-                msgs.append(res.message)
-    return passed("structure", "; ".join(msgs) or "no rules")
+                on = where(problem, a.layout)
+                return failed("structure", f"{on}: {res.message}" if on else res.message)
+            for clause in res.message.split(CLAUSES):
+                seen.setdefault(clause, []).append(a.layout)
+    return passed("structure", group_by_mesh(seen, problem) or "no rules")
+
+
+def group_by_mesh(seen: dict[str, list], problem: Problem) -> str:
+    """Clauses said once per group of meshes they hold on, a line per group ("on meshes 2x4,
+    4x2: a; b", "on mesh 1x8: c"); no mesh named for a single-device function, nor where only
+    one mesh was seen."""
+    meshes = {l for ls in seen.values() for l in ls}
+    if not problem.uses_mesh or len(meshes) == 1:
+        return CLAUSES.join(seen)
+    groups: dict[tuple, list[str]] = {}
+    for clause, layouts in seen.items():
+        groups.setdefault(tuple(dict.fromkeys(layouts)), []).append(clause)
+    return "\n".join(f"{on_meshes(ls)}: {CLAUSES.join(cs)}" for ls, cs in groups.items())
 
 
 def memory(problem: Problem, temp_bytes: Optional[int], bound: int, what: str,
@@ -94,11 +123,14 @@ def memory(problem: Problem, temp_bytes: Optional[int], bound: int, what: str,
         return failed("memory", f"{where}: the compiled memory figures are not available")
     mib = 1 << 20
     if temp_bytes <= bound:
-        return passed("memory", f"{where}: temporary buffers {temp_bytes / mib:.2f} MiB per "
-                      f"device, within the bound {bound / mib:.2f} MiB ({what})")
-    return failed("memory", f"{where}: the compiled program needs {temp_bytes / mib:.2f} MiB of "
-                  f"temporary buffers per device; expected at most {bound / mib:.2f} MiB "
-                  f"({what}). Look with: jax.jit(f).lower(*args).compile().memory_analysis()")
+        per = " per device" if problem.uses_mesh else ""
+        return passed("memory", f"{where}: temporary buffers {temp_bytes / mib:.2f} MiB{per}, "
+                      f"within the bound {bound / mib:.2f} MiB ({what})")
+    per = " per device" if problem.uses_mesh else ""
+    return failed("memory", f"keep the temporary buffers within {bound / mib:.2f} MiB{per} "
+                  f"({what}); {where}, the compiled program needs {temp_bytes / mib:.2f} MiB. "
+                  "Look for an intermediate larger than that bound, with "
+                  "jax.jit(f).lower(*args).compile().memory_analysis()")
 
 
 def speed(problem: Problem, t: Timing) -> CheckResult:
@@ -118,6 +150,11 @@ def speed(problem: Problem, t: Timing) -> CheckResult:
         ratio, basis = t.ratio, f"wall-clock ratio on {t.platform}"
     if ratio <= limit:
         return passed("speed", f"{figures}; {basis} within {limit:g}")
-    return failed("speed", f"{figures}; expected a {basis} of at most {limit:g}. Profile it: "
-                  "time the compiled function against jax.jit of the plain global-view code "
-                  "and compare the collectives each one runs.")
+    if problem.uses_mesh:
+        how = ("compare the collectives each one runs and what each computation waits for "
+               "(the notebook's tpu_profile shows both)")
+    else:
+        how = "compare the two compiled programs (jax.jit(f).lower(*args).compile().as_text())"
+    return failed("speed", f"make it faster: a {basis} of at most {limit:g} is needed, yours is "
+                  f"{ratio:.2f} ({figures}). Time it against jax.jit of the plain code and "
+                  f"{how}.")

@@ -539,7 +539,7 @@ def _memory_check(programs: Programs) -> CheckResult:
     problem = programs.plan.problem
     layout, case = programs.plan.big("memory")
     mesh = _mesh_for(problem, layout)
-    where = f"mesh {layout[0]}x{layout[1]} with {case.describe(problem.arg_names)}"
+    where = checks.where(problem, layout, case)
     try:
         with time_limit(CALL_TIMEOUT):
             args = _place(problem, case, mesh)

@@ -8,6 +8,9 @@ from __future__ import annotations
 from .program import Program
 from .results import CheckResult, failed, passed
 
+#: how a passing rule's findings are joined (the structure check groups them by mesh)
+CLAUSES = "; "
+
 HOW_TO_LOOK = (
     "Look yourself: print(jax.make_jaxpr(functools.partial(f, mesh=mesh))(*args)) shows the "
     "collectives you wrote; jax.jit(...).lower(*args).compile().as_text() shows what XLA runs."
@@ -17,25 +20,29 @@ HOW_TO_LOOK = (
 def uses_shard_map(prog: Program, mesh, problem) -> CheckResult:
     if prog.uses_shard_map:
         return passed("structure", "uses shard_map")
-    return failed("structure", "expected the function to use jax.shard_map (a per-device "
-                  "program with explicit communication); found no shard_map in its jaxpr. "
-                  + HOW_TO_LOOK)
+    return failed("structure", "write the per-device program with jax.shard_map (each "
+                  "device's block, with the communication written out); found no shard_map in "
+                  "the function's jaxpr. " + HOW_TO_LOOK)
 
 
 def no_shard_map(prog: Program, mesh, problem) -> CheckResult:
     if not prog.uses_shard_map:
         return passed("structure", "global-view code, no shard_map")
-    return failed("structure", "this one is about jax.jit's global view: write plain jnp code "
-                  "(sharding constraints allowed) without shard_map; found a shard_map in the "
-                  "jaxpr.")
+    if not problem.uses_mesh:
+        return failed("structure", "write plain jax.numpy code for one device, without "
+                      "shard_map; found a shard_map in the function's jaxpr.")
+    return failed("structure", "write plain jnp code on the global arrays (sharding "
+                  "constraints allowed) and leave the partitioning to jax.jit, without "
+                  "shard_map; found a shard_map in the function's jaxpr.")
 
 
 def no_collectives_written(prog: Program, mesh, problem) -> CheckResult:
     cols = prog.collectives()
     if not cols:
         return passed("structure", "no collectives in the program")
-    return failed("structure", "expected no communication (each shard's work is local); found "
-                  f"in your program: {prog.summary()}. " + HOW_TO_LOOK)
+    return failed("structure", "remove the collectives: each device can do its work on its "
+                  f"own block, with no communication; found in your program: {prog.summary()}. "
+                  + HOW_TO_LOOK)
 
 
 def no_compiled_collectives(prog: Program, mesh, problem) -> CheckResult:
@@ -45,11 +52,10 @@ def no_compiled_collectives(prog: Program, mesh, problem) -> CheckResult:
     first = lines[0]
     if len(first) > 160:
         first = first[:160] + "..."
-    return failed("structure", f"expected a compiled program with no communication; XLA added "
-                  f"{len(lines)} collective(s), e.g. `{first}`. This usually means an "
-                  "intermediate or the output is laid out differently from the input, so data "
-                  "has to move; compare the output sharding with the spec and keep each shard's "
-                  "rows where they are. " + HOW_TO_LOOK)
+    return failed("structure", "keep every intermediate and the output laid out like the input "
+                  "(each shard's rows where they are), so that no data has to move; XLA added "
+                  f"{len(lines)} collective(s) to the compiled program, e.g. `{first}`. Compare "
+                  "the output's sharding with the spec. " + HOW_TO_LOOK)
 
 
 def all_of(*rules):
@@ -64,7 +70,7 @@ def all_of(*rules):
             if not res.passed:
                 return res
             oks.append(res.message)
-        return passed("structure", "; ".join(oks) or "ok")
+        return passed("structure", CLAUSES.join(oks) or "ok")
 
     rule.__name__ = "all_of(" + ",".join(getattr(r, "__name__", "?") for r in rules) + ")"
     return rule

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from .program import Op, Program
 from .results import CheckResult, failed, passed
-from .rules import HOW_TO_LOOK, uses_shard_map
+from .rules import CLAUSES, HOW_TO_LOOK, uses_shard_map
 
 #: relative slack on byte budgets (padding, a few percent of rounding)
 SLACK = 1.03
@@ -148,16 +148,17 @@ def ring_rule(variant: str, *, bidirectional: bool = False):
 
         across_x = [o for o in cols if "X" in o.axes]
         if across_x and nx > 1:
-            return _fail(f"nothing needs to cross the 'X' axis (every output row block stays "
-                         f"where its input rows are); found {_describe(across_x[0], ny)}.")
+            return _fail(f"keep every exchange on the 'Y' axis: nothing needs to cross 'X' "
+                         f"(every output row block stays where its input rows are); found "
+                         f"{_describe(across_x[0], ny)}.")
         if ny == 1:
             return passed("structure", "with Y = 1 every device already holds what it needs: "
                           "no communication, as expected")
 
         for o in cols:
             if o.kind in _MONOLITHIC:
-                return _fail(f"expected the data to move in chunks (ppermute round the 'Y' "
-                             f"ring) while the matmuls run; found {_MONOLITHIC[o.kind]}: "
+                return _fail(f"send the data in chunks with ppermute round the 'Y' ring, so "
+                             f"the matmuls run while it travels; found {_MONOLITHIC[o.kind]}: "
                              f"{_describe(o, ny)}.")
 
         out_info = prog.out_info[0] if prog.out_info else None
@@ -167,36 +168,35 @@ def ring_rule(variant: str, *, bidirectional: bool = False):
 
         if psums:
             if variant != "allreduce" or bidirectional:
-                why = ("a psum has no ring direction: send the partial sums both ways with "
-                       "ppermute" if bidirectional else
-                       "here the data should travel round the ring with ppermute")
-                return _fail(f"expected no psum of array data ({why}); found "
+                why = ("send the partial sums both ways round the ring with ppermute (a psum "
+                       "has no ring direction)" if bidirectional else
+                       "pass the data round the ring with ppermute")
+                return _fail(f"replace the psum of array data: {why}; found "
                              f"{_describe(psums[0], ny)}.")
             out_local = _block_bytes(out_info, nx, ny, split_cols=False)
             for o in psums:
                 if out_local and o.in_bytes > SLACK * out_local / 2:
                     return _fail(
-                        f"expected the all-reduce to run tile by tile (several psums of output "
-                        f"tiles, each overlapping the next tile's matmul); found one psum of "
+                        f"tile the output columns and psum each tile, so each tile's reduction "
+                        f"overlaps the next tile's matmul; found one psum of "
                         f"{_mib(o.in_bytes)}, the whole local output is {_mib(out_local)}: "
-                        f"{_describe(o, ny)}. Tile over the output columns and psum each tile.")
+                        f"{_describe(o, ny)}.")
 
         for o in perms:
             if tuple(o.axes) != ("Y",):
-                return _fail(f"expected the ring to run along the 'Y' axis alone; found "
+                return _fail(f"run the ring along the 'Y' axis alone; found "
                              f"{_describe(o, ny)}.")
             bad = o.shift(ny) - {1, ny - 1}
             if bad:
-                return _fail(f"expected each ppermute to pass data to a ring neighbour (shift "
-                             f"+1 or -1 mod {ny}); found shift(s) {sorted(bad)} in "
-                             f"{_describe(o, ny)}.")
+                return _fail(f"pass data only to a ring neighbour (shift +1 or -1 mod {ny}); "
+                             f"found shift(s) {sorted(bad)} in {_describe(o, ny)}.")
 
         if variant != "allreduce" and not perms:
-            return _fail("expected the blocks to travel round the 'Y' ring with ppermute; "
-                         "found no ppermute in the program.")
+            return _fail("pass the blocks round the 'Y' ring with ppermute; found no "
+                         "ppermute in the program.")
         if variant == "allreduce" and not perms and not psums:
-            return _fail("expected communication along 'Y' (psums of output tiles, or a "
-                         "ppermute ring); found none.")
+            return _fail("reduce along 'Y' (psums of output tiles, or a ppermute ring); found "
+                         "no communication.")
 
         # -- chunks interleaved with partial matmuls --------------------------------------
         dots = [o for o in prog.ops if o.prim == "dot_general" and o.count != 0]
@@ -207,17 +207,17 @@ def ring_rule(variant: str, *, bidirectional: bool = False):
         if variant == "allreduce" and not perms:
             n_chunks = sum(_runs(o) for o in psums)
             if n_chunks < 2 and not unknown:
-                return _fail(f"expected the output reduced in several tiles; found "
+                return _fail(f"reduce the output in several tiles, one psum each; found "
                              f"{n_chunks} psum.")
             what = f"{n_chunks} psum'd output tiles"
         else:
             n_chunks = ny * (2 if variant == "mlp" else 1)
             what = f"{n_chunks} chunks ({'two rings of ' if variant == 'mlp' else ''}Y = {ny})"
         if n_dots < n_chunks and not loop_interleaves:
-            return _fail(f"expected the matmul split into partial matmuls interleaved with the "
-                         f"communication, at least one per chunk: {what}; found {n_dots} "
-                         f"dot_general(s). One big matmul before or after the ring cannot "
-                         f"overlap with it.")
+            return _fail(f"split the matmul into partial matmuls, at least one per chunk "
+                         f"({what}), each running while the next chunk travels (one big matmul "
+                         f"before or after the ring cannot overlap with it); found {n_dots} "
+                         f"dot_general(s).")
 
         # -- bytes ---------------------------------------------------------------------
         notes = []
@@ -228,21 +228,21 @@ def ring_rule(variant: str, *, bidirectional: bool = False):
             for o in perms:
                 big = max(_operand_bytes(o))
                 if big > SLACK * per_op + 64:
-                    return _fail(f"expected each send to carry {need}; found a ppermute of "
+                    return _fail(f"send one block at a time ({need}); found a ppermute of "
                                  f"{_mib(big)}: {_describe(o, ny)}.")
         if budget is not None:
             if unknown:
                 notes.append("a loop's trip count is unknown, so the total bytes were judged "
                              "per iteration")
             elif total > SLACK * budget + 64:
-                return _fail(f"expected the ring to send {need}, {_mib(budget)} per device in "
-                             f"all; found {_mib(total)} sent with ppermute "
+                return _fail(f"send {need}: {_mib(budget)} per device in all; "
+                             f"found {_mib(total)} sent with ppermute "
                              f"({'; '.join(_describe(o, ny) for o in perms[:4])}).")
 
         # -- both directions -------------------------------------------------------------
         if bidirectional:
             if not perms:
-                return _fail("expected ppermutes in both ring directions; found none.")
+                return _fail("send with ppermute in both ring directions; found no ppermute.")
             if ny > 2:
                 fwd = back = 0.0
                 for o in perms:
@@ -258,7 +258,7 @@ def ring_rule(variant: str, *, bidirectional: bool = False):
                 tot = fwd + back
                 if min(fwd, back) < MIN_SHARE * tot:
                     return _fail(
-                        f"expected both ring directions used, about half of the data each way "
+                        f"split the data between both ring directions, about half each way "
                         f"(shift +1 and shift -1 mod {ny}); found {_mib(fwd)} sent with shift "
                         f"+1 and {_mib(back)} with shift -1 ({100 * fwd / max(tot, 1):.0f}% / "
                         f"{100 * back / max(tot, 1):.0f}%).")
@@ -268,11 +268,12 @@ def ring_rule(variant: str, *, bidirectional: bool = False):
                 notes.append("on a ring of two, +1 and -1 reach the same neighbour")
 
         kind = "tiled psums" if (variant == "allreduce" and not perms) else "a ppermute ring"
-        msg = f"communication in chunks ({kind}) interleaved with {n_dots} partial matmuls"
+        msg = (f"communication in chunks ({kind}){CLAUSES}{n_dots} partial matmuls "
+               "interleaved with it")
         if budget is not None and not unknown:
-            msg += f"; {_mib(total)} sent per device (budget {_mib(budget)})"
+            msg += f"{CLAUSES}{_mib(total)} sent per device (budget {_mib(budget)})"
         if notes:
-            msg += "; " + "; ".join(notes)
+            msg += CLAUSES + CLAUSES.join(notes)
         return passed("structure", msg)
 
     rule.variant, rule.bidirectional = variant, bidirectional  # read by autograder.bars
