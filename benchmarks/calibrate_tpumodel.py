@@ -109,13 +109,119 @@ def ring_table(chip="v5e") -> list[str]:
     return rows
 
 
+# ------------------------------------------------------------------ the speed limits' evidence
+def _worse_programs():
+    """Plausible programs that overlap less than the references: (problem, what, function)."""
+    from jax import shard_map
+
+    ny = 4
+
+    def ring(acc, part, perm):  # reduce-scatter ring: a running block sum walks round Y
+        for s in range(1, ny):
+            acc = jax.lax.ppermute(acc, "Y", perm) + part(s)
+        return acc
+
+    def ag_ring(x, win):  # all-gather ring: x's slices meet their rows of win
+        me, width = jax.lax.axis_index("Y"), x.shape[1]
+        up = lambda xh, s: xh @ jax.lax.dynamic_slice_in_dim(  # noqa: E731
+            win, ((me + s) % ny) * width, width, 0)
+        h = up(x, 0)
+        for s in range(1, ny):
+            x = jax.lax.ppermute(x, "Y", [(k, (k - 1) % ny) for k in range(ny)])
+            h = h + up(x, s)
+        return h
+
+    def rs_ring(h, wout):
+        me, width = jax.lax.axis_index("Y"), wout.shape[1] // ny
+        down = lambda s: h @ jax.lax.dynamic_slice_in_dim(  # noqa: E731
+            wout, ((me - 1 - s) % ny) * width, width, 1)
+        return ring(down(0), down, [(k, (k + 1) % ny) for k in range(ny)])
+
+    def scatter(v):
+        return jax.lax.psum_scatter(v, "Y", scatter_dimension=1, tiled=True)
+
+    def gather(v):
+        return jax.lax.all_gather(v, "Y", axis=1, tiled=True)
+
+    def psum_tiles(n):
+        def f(a, w):
+            e = [t * w.shape[1] // n for t in range(n + 1)]
+            return jnp.concatenate([jax.lax.psum(a @ w[:, lo:hi], "Y")
+                                    for lo, hi in zip(e[:-1], e[1:])], 1)
+        return f
+
+    def psum_then_slice(t, w2):
+        width = w2.shape[1] // ny
+        return jax.lax.dynamic_slice_in_dim(jax.lax.psum(t @ w2, "Y"),
+                                            jax.lax.axis_index("Y") * width, width, 1)
+
+    mlp_in, mm_in = (P("X", "Y"), P(None, "Y"), P("Y", None)), (P("X", "Y"), P("Y", None))
+
+    def sm(body, ins, out):
+        return lambda *args, mesh: shard_map(body, mesh=mesh, in_specs=ins, out_specs=out,
+                                             check_vma=False)(*args)
+
+    return (
+        ("matmul_reducescatter", "psum, then one's own block", sm(psum_then_slice, mm_in,
+                                                                   P("X", "Y"))),
+        ("mlp_block", "all_gather + psum_scatter", sm(
+            lambda x, wi, wo: scatter(jax.nn.relu(gather(x) @ wi) @ wo), mlp_in, P("X", "Y"))),
+        ("mlp_block", "all-gather ring + psum_scatter", sm(
+            lambda x, wi, wo: scatter(jax.nn.relu(ag_ring(x, wi)) @ wo), mlp_in, P("X", "Y"))),
+        ("mlp_block", "all_gather + reduce-scatter ring", sm(
+            lambda x, wi, wo: rs_ring(jax.nn.relu(gather(x) @ wi), wo), mlp_in, P("X", "Y"))),
+        *[("matmul_allreduce", f"psum in {n} tiles", sm(psum_tiles(n), mm_in, P("X", None)))
+          for n in (8, 16, 32)],
+    )
+
+
+def limits_table(chip="v5e") -> list[str]:
+    """Markdown rows: the modeled ratio to jit, at the grading speed shape, of every reference
+    answer and ps3/ps4 fixture, and of the worse programs above, beside the problem's limit."""
+    import ast
+
+    import numpy as np
+
+    from autograder import registry
+    from autograder.loader import load
+    from autograder.tpumodel.api import compare
+
+    root = Path(__file__).resolve().parent.parent
+    mesh = make_mesh(2, 4)
+    programs = []
+    for path in ([root / "solutions" / f"{a}.py" for a in ("ps3_collective_matmul",
+                                                           "ps4_bidirectional")]
+                 + sorted((root / "tests" / "fixtures").glob("ps[34]/*.py"))):
+        loaded = load(path, statement_timeout=5, total_timeout=20)
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.FunctionDef) and node.name in registry.load_all():
+                programs.append((node.name, str(path.relative_to(root)),
+                                 loaded.function(node.name)))
+    programs += [(name, what, fn) for name, what, fn in _worse_programs()]
+    rows = ["| problem | program | modeled ratio | limit |", "|---|---|---:|---:|"]
+    for name, what, fn in programs:
+        prob = registry.get(name)
+        case = prob.make_case(np.random.default_rng(0), 2, 4, "speed")
+        args = [jax.device_put(jnp.asarray(a), NamedSharding(mesh, spec))
+                for a, spec in zip(getattr(case, "args", case), prob.in_specs, strict=True)]
+        st, base = compare(prob, fn, mesh, args, chip=chip)
+        rows.append(f"| `{name}` | {what} | {st.time_us / base.time_us:.2f} | "
+                    f"{prob.threshold('tpu_model')} |")
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--png-dir")
     ap.add_argument("--chip", default="v5e")
     ap.add_argument("--table", action="store_true",
                     help="print the published figures beside the model's, and the rings")
+    ap.add_argument("--limits", action="store_true",
+                    help="print the modeled ratios the ps3/ps4 speed limits are set between")
     a = ap.parse_args(argv)
+    if a.limits:
+        print(*limits_table(a.chip), sep="\n")
+        return 0
     if a.table:
         print(*published_table(run(1024, 2048, 8192, jnp.int32, chip=a.chip)), sep="\n")
         print()
