@@ -16,7 +16,7 @@ ASSIGNMENT = "ps3_collective_matmul"
 #: says so), so 1.3 only rejects a clear slowdown. "tpu_model" (the TPU model, at the speed shape)
 #: where it differs: see README, "The speed check", for the modeled ratios these sit between
 #: (references 0.62-0.77; blocking programs 0.98-1.0; half-overlapped MLP 0.80-0.84; a psum split
-#: into 16 tiles 1.17). ps4 uses the same limits.
+#: into 16 tiles 1.17). ps4 has its own shape and limit (problems/ps4_bidirectional.py).
 SPEED = {
     "allgather": {"tpu": 0.9},
     "allreduce": {"tpu": 1.3, "tpu_model": 1.1},
