@@ -56,7 +56,7 @@ jax.debug.visualize_array_sharding(A)
 
 # %%
 # compiled_collectives(f, *args) compiles f for these arguments and keeps the lines of XLA's
-# module that run a collective (its code is in selfcheck.py, next to this notebook).
+# module that run a collective (its code is in the selfcheck folder, next to this notebook).
 from selfcheck import compiled_collectives
 
 
@@ -74,9 +74,10 @@ print(compiled_collectives(lambda a: a.sum(axis=0), A))
 # **no collectives**. Read the number of shards from the mesh (`mesh.shape['X']`): the grader runs
 # your function on meshes 2x4, 4x2, 1x8 and 8x1.
 #
-# *Hint:* think about which reshape of the row axis keeps every block's rows together on the
-# devices that already hold them. If XLA still inserts communication, you can tell it the layout
-# you mean with `jax.lax.with_sharding_constraint`.
+# *Hint:* the grader does not mind how you compute the mean, only that no device needs another's
+# rows. Ask where the rows of X-shard `i` live, and whether your array code keeps them apart from
+# the other shards' rows or mixes them. If XLA still inserts communication for code you believe
+# is local, `jax.lax.with_sharding_constraint` tells it the layout you mean for an intermediate.
 
 # %% [solution] shard_average_jit
 
@@ -87,6 +88,29 @@ print(compiled_collectives(lambda a: a.sum(axis=0), A))
 
 # %%
 print(compiled_collectives(functools.partial(shard_average_jit, mesh=mesh), A))
+
+# %% [markdown]
+# ## A first `shard_map`
+#
+# Before the exercise, one complete `shard_map`, to see the mechanics. The function you give it
+# runs once per device, on that device's tile only; `axis_index` tells it where it sits in the
+# mesh. Here every device reports its position and the smallest and largest value it holds, as a
+# `[1, 1, 3]` piece; `out_specs=P('X', 'Y')` lays the pieces out along the mesh axes, so the
+# global result is `[X, Y, 3]`.
+
+# %%
+def what_i_hold(tile):
+    # `tile` is this device's [S/X, D/Y] piece of A.
+    where = 10 * jax.lax.axis_index("X") + jax.lax.axis_index("Y")
+    info = jnp.stack([where.astype(tile.dtype), tile.min(), tile.max()])
+    return info.reshape(1, 1, 3)
+
+
+held = jax.shard_map(what_i_hold, mesh=mesh, in_specs=P("X", "Y"), out_specs=P("X", "Y"))(A)
+print("global result:", held.shape)
+for row in np.asarray(held).reshape(-1, 3):
+    x, y = divmod(int(row[0]), 10)
+    print(f"device at X={x}, Y={y} holds values {row[1]:.0f} .. {row[2]:.0f}")
 
 # %% [markdown]
 # ## Problem 1b: the same average with `shard_map`

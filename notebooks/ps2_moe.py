@@ -112,7 +112,7 @@ print(f"moe_local:   {temp_mib(moe_local, *big):8.1f} MiB")
 # collective tell you:
 
 # %%
-from selfcheck import compiled_collectives  # XLA's collective lines (code in selfcheck.py)
+from selfcheck import compiled_collectives  # XLA's collective lines (code in the selfcheck folder)
 
 
 for line in compiled_collectives(functools.partial(moe_jit, mesh=mesh), A, B, W):
@@ -128,16 +128,36 @@ for line in compiled_collectives(functools.partial(moe_jit, mesh=mesh), A, B, W)
 # ## Problem 3: `shard_map`, all-gather first
 #
 # Write `moe_allgather(A, B, W, mesh)` with `jax.shard_map`. Each device receives its tiles:
-# `a: [S/X, D/Y]`, `b: [S/X]`, `w: [E/X, D, F/Y]`. A plan:
+# `a: [S/X, D/Y]`, `b: [S/X]`, `w: [E/X, D, F/Y]`. The plan has three moves, and the details are
+# yours:
 #
-# 1. `jax.lax.all_gather` the activations (over `X` for the tokens, over `Y` for the full `D`
-#    the matmul needs) and the routing over `X`, so every device sees every token;
-# 2. keep the tokens whose expert is one of *this* X-group's (`b // (E/X) == axis_index('X')`),
-#    and run them through the local experts with the buffer trick from Problem 1;
-# 3. each token's result now sits on exactly one X-group (zeros elsewhere): a
-#    `jax.lax.psum_scatter` over `X` adds them up and hands each group its own rows back.
+# * bring every token and its routing to every device with `jax.lax.all_gather` (which axes
+#   does each array need? the matmul needs the whole `D`);
+# * let each X-group run only the tokens whose experts it owns, with the buffers of Problem 1;
+# * hand each token's result back to the X-group that holds its row. Every result exists on one
+#   group only (zeros elsewhere), so an add across `X` that leaves each group its own rows does it:
+#   that is `jax.lax.psum_scatter`.
 #
 # Output: `[S/X, F/Y]` per device, `out_specs=P('X', 'Y')`.
+#
+# Two mechanics first. Inside `shard_map` a device learns the number of X-groups with
+# `jax.lax.axis_size('X')` and its own group with `jax.lax.axis_index('X')`; its experts are the
+# `w.shape[0]` consecutive ones starting at `axis_index('X') * w.shape[0]`. And a token whose
+# expert lives elsewhere must stay out of this group's buffers: give it an index past the end of
+# the buffer, and a scatter with `mode='drop'` leaves it out. On a toy routing, for the group
+# that owns experts 2 and 3:
+
+# %%
+def show_masking(b, first_expert, n_local):
+    local = b - first_expert                       # expert id within this group
+    mine = (local >= 0) & (local < n_local)
+    target = jnp.where(mine, local, n_local)       # n_local is one past the end
+    return jnp.zeros((n_local, b.shape[0]), jnp.int32).at[target, jnp.arange(b.shape[0])].set(
+        1, mode="drop")
+
+
+print(show_masking(jnp.array([3, 0, 2, 3, 1]), first_expert=2, n_local=2))
+print("row e: which tokens landed in local expert e's buffer; tokens 1 and 4 went nowhere")
 
 # %% [solution] moe_allgather
 
@@ -166,18 +186,19 @@ print("row h: what group h received from groups 0..X-1\n", moved.reshape(nx, nx)
 # %% [markdown]
 # The catch: how many tokens go from group `g` to group `h` depends on the routing, and every
 # buffer needs a fixed shape. Padding each slab to `S/X` rows brings back an `[S, D]`-sized
-# buffer. Instead, send the tokens in **rounds of a fixed chunk size `C`**:
+# buffer. Instead, send the tokens in **rounds of a fixed chunk size `C`**. What you need to
+# work out:
 #
-# 1. sort this group's tokens by destination group (`jnp.argsort(dest, stable=True)`) and count
-#    them per destination;
-# 2. the number of rounds is what the busiest (source, destination) pair needs:
-#    `jax.lax.pmax(ceil(max count / C), 'X')` — the same on every device, so all of them run the
-#    same number of collectives;
-# 3. in a `jax.lax.while_loop`, round `r` sends to each destination its next `C` tokens (padded
-#    with zero rows and an "empty" expert id when it has fewer), together with their local expert
-#    ids; the receiver applies its experts; a second `all_to_all` sends the results home, where
-#    they are added into the output at their tokens' rows (`.at[rows].add(..., mode='drop')`
-#    lets padding rows fall off the end).
+# * where each token goes: its destination X-group, and its place among this group's tokens
+#   headed there (sorting by destination, or Problem 1's slot counting, both work);
+# * how many rounds: the busiest (source, destination) pair decides, and every device must run
+#   the same number of collectives, so the devices have to agree on it (a maximum over `X`,
+#   `jax.lax.pmax`);
+# * each round, in a `jax.lax.while_loop`: an `[X, C, D]` send buffer holding each destination's
+#   next `C` tokens with their expert ids (padding marked by an id no expert has), an
+#   `all_to_all` there, the local experts on what arrived, an `all_to_all` back, and the results
+#   added into their tokens' output rows (padding sent past the end and dropped, as in the
+#   masking demo above).
 #
 # Keep `C` a fixed small number (say up to 128), never proportional to `S`: the grader compiles
 # your function at `S = 32768` and requires its temporary memory to be far below that of an

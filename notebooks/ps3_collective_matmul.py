@@ -33,7 +33,7 @@ import numpy as np
 import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
-# Looking-glass helpers (their code is in selfcheck.py): the collectives you wrote and the ones
+# Looking-glass helpers (their code is in the selfcheck folder): the collectives you wrote and the ones
 # XLA runs, a timing against jit, and the course's TPU model.
 from selfcheck import compiled_collectives, time_vs_jit, tpu_profile, written_collectives
 
@@ -127,7 +127,8 @@ try:
     jax.shard_map(ring_without_pcast, mesh=mesh, in_specs=(P("X", "Y"), P(None, "Y")),
                   out_specs=P("X", "Y"))(A, W)
 except Exception as e:
-    print(type(e).__name__, str(e).splitlines()[0][:300])
+    # The whole message: its last lines say what to change.
+    print(type(e).__name__ + ":", e)
 
 # %% [markdown]
 # ## Problem 3.0: `matmul_allgather`
@@ -136,7 +137,9 @@ except Exception as e:
 # P(None,'Y'))`, `out_specs=P('X','Y')`. Use `jax.lax.axis_index('Y')` to know where you are on
 # the ring, `jax.lax.dynamic_slice_in_dim` to cut the rows of `W` that match the block you hold,
 # and `jax.lax.ppermute(x, 'Y', perm=[(src, dst), ...])` to pass the block on. A Python `for`
-# loop, a `fori_loop` or a `while_loop` are all fine; skip the last, useless send if you can.
+# loop, a `fori_loop` or a `while_loop` are all fine. The `Y`-th send only brings each block back
+# to the device it started on: the grader's byte budget allows it (up to `Y` blocks per device),
+# but a ring that stops after `Y - 1` sends does one transfer less.
 #
 # *Check your direction:* if blocks move left (`j -> j-1`), after `s` steps device `i` holds
 # block `i + s`; if they move right, block `i - s`.

@@ -18,12 +18,43 @@
 # * `matmul_allreduce_bidirectional(A, W, mesh)`
 # * `matmul_reducescatter_bidirectional(T, W2, mesh)`
 #
-# The grader reads your program and expects `ppermute`s with both shifts (`+1` and `-1` mod `Y`),
-# each direction carrying a fair share of the bytes (about half; at least a quarter), on top of
-# the ps3 rules (chunks interleaved with partial matmuls, nothing monolithic, the reduce-scatter
-# sending only `Y - 1` output blocks in all). With `Y = 2` both shifts reach the same neighbour,
-# and with `Y = 1` nothing moves. Every per-device dimension in the tests is even, so halves
-# always divide.
+# The grader reads the program you wrote (its jaxpr) and runs it on the meshes 2x4, 4x2, 1x8 and
+# 8x1. On each it expects:
+#
+# * a `jax.shard_map`, and communication only along `'Y'`: `jax.lax.ppermute` to the ring
+#   neighbours (shift `+1` and `-1` mod `Y`), never a whole-operand `all_gather`, `psum_scatter`
+#   or `psum` (a `psum` has no direction, so it has no place here);
+# * the data moving in chunks, with partial matmuls between the sends, so each transfer has
+#   work to hide behind;
+# * both shifts in use, each carrying a fair share of the bytes: about half, at least a quarter;
+# * no more bytes than the one-way ring sends: for the all-gather at most `Y` blocks of `A`'s
+#   `[B/X, D/Y]` per device, for the reduce-scatter only output-block partial sums `[B/X, D/Y]`,
+#   `Y - 1` of them in all, for the all-reduce at most `2(Y - 1)` output tiles `[B/X, F/Y]`.
+#
+# The "What the grader checks" cell before each problem gives the points, the byte budget at the
+# grading shape and the speed limit. With `Y = 2` both shifts reach the same neighbour, and with
+# `Y = 1` nothing moves. Every per-device dimension in the tests is even, so halves always divide.
+#
+# ## The one-way rings you start from
+#
+# Write `i` for a device's place on the `'Y'` ring (`jax.lax.axis_index('Y')`) and `Y` for the
+# ring's length (`mesh.shape['Y']` outside `shard_map`, `jax.lax.axis_size('Y')` inside).
+#
+# * **All-gather matmul** (`A[B_X, D_Y] @ W[D, F_Y]`). Device `i` starts with block `i` of `A`'s
+#   columns. At each step it multiplies the block it holds by the rows of `W` with the same index
+#   (`jax.lax.dynamic_slice_in_dim`) and adds the product to its output tile, then passes the
+#   block to a neighbour. If blocks move to `j - 1`, after `s` steps device `i` holds block
+#   `(i + s) mod Y`. `Y` matmuls; `Y - 1` sends are enough.
+# * **Reduce-scatter matmul** (`T[B_X, F_Y] @ W2[F_Y, D] -> [B_X, D_Y]`). What travels is a
+#   running sum for one output block. At each step a device adds its own contribution to that
+#   block (`T`'s tile times the block's columns of `W2`) to the sum it just received and sends it
+#   on. If sums move to `j + 1`, device `i` works on block `(i - 1 - s) mod Y` at step `s`, so
+#   the sum for block `k` ends, complete, on device `k`. `Y - 1` sends of one output block each.
+# * **All-reduce matmul** (`A[B_X, D_Y] @ W[D_Y, F] -> [B_X, F]`, replicated over `Y`). The
+#   reduce-scatter ring over output tiles `[B/X, F/Y]` (tile `k` complete on device `k`), then
+#   an all-gather ring that hands the finished tiles round until every device has all of them.
+#
+# The two-way versions below split each of these rings in two.
 
 # %%
 import functools
@@ -32,7 +63,7 @@ import numpy as np
 import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
-# A timing against jit and the course's TPU model (their code is in selfcheck.py).
+# A timing against jit and the course's TPU model (their code is in the selfcheck folder).
 from selfcheck import time_vs_jit, tpu_profile
 
 mesh = make_mesh(2, 4)

@@ -5,7 +5,14 @@ and the plain ``name = value`` assignments those definitions read are executed o
 a time, each with a time limit; top-level expressions, loops, ``with``/``if`` blocks, demo
 assignments, shell and magic lines are skipped (a notebook's demos and prints have no business
 running at grading time). A statement that fails or
-hangs is skipped with a note, so one bad cell costs only what depends on it.
+hangs is skipped, so one bad cell costs only what depends on it.
+
+The notes a load leaves are for the student's feedback, so they are kept only where they can
+explain a grade: a statement that failed is noted when it defines a name a graded function
+needs (directly or through a helper it calls); a notebook's set-up cell (``from selfcheck
+import ...``, a module that lives next to the notebook) and its demo definitions fail at grading
+time without costing anything, and say nothing. Syntax errors and statements that hang are
+always noted.
 """
 from __future__ import annotations
 
@@ -13,12 +20,15 @@ import ast
 import json
 import re
 import signal
+import symtable
 import threading
 import time
 import types
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .exporting import describe_error
 
 _MAGIC = re.compile(r"^\s*[%!]")
 _KEEP = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
@@ -90,6 +100,28 @@ def _is_plain_assign(node: ast.stmt) -> bool:
     return False
 
 
+def _global_reads(node: ast.stmt) -> set[str]:
+    """The module-level names a top-level statement reads: when it runs (an assignment's value,
+    decorators, defaults, base classes) or when the functions it defines run. A function's own
+    parameters and locals are not among them (``mesh`` in ``def f(A, mesh)`` is no global)."""
+    names: set[str] = set()
+    tables = [symtable.symtable(ast.unparse(node), "<statement>", "exec")]
+    while tables:
+        t = tables.pop()
+        names |= {s.get_name() for s in t.get_symbols() if s.is_referenced() and s.is_global()}
+        tables += t.get_children()
+    return names
+
+
+def _defines(node: ast.stmt) -> set[str]:
+    """The module-level names a top-level statement binds ('*' for a star import)."""
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return {(a.asname or a.name).split(".")[0] for a in node.names}
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {node.name}
+    return _targets(node)
+
+
 def _kept_statements(chunks, notes, keep_names=frozenset()) -> list[tuple[str, ast.stmt]]:
     kept = []
     for label, code in chunks:
@@ -103,11 +135,6 @@ def _kept_statements(chunks, notes, keep_names=frozenset()) -> list[tuple[str, a
             if isinstance(node, _KEEP) or _is_plain_assign(node):
                 kept.append((label, node))
     return _needed(kept, keep_names)
-
-
-def _loads(node: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)
-            and isinstance(n.ctx, ast.Load)}
 
 
 def _targets(node: ast.stmt) -> set[str]:
@@ -124,21 +151,63 @@ def _needed(kept: list[tuple[str, ast.stmt]],
     function bound by assignment (``roll_diff = jax.jit(_roll)``; names in ``keep_names``) is
     kept like a definition.
     """
-    assigns = [(label, node) for label, node in kept if _is_plain_assign(node)]
-    need: set[str] = set(keep_names)
-    for _, node in kept:
-        if not _is_plain_assign(node):
-            need |= _loads(node)
-    while True:
-        more = set()
-        for _, node in assigns:
-            if _targets(node) & need:
-                more |= _loads(node.value) - need
-        if not more:
-            break
-        need |= more
+    deps = _Dependencies(kept)
+    need = deps.closure(set(keep_names).union(*(deps.reads[id(node)] for _, node in kept
+                                                if not _is_plain_assign(node))))
     return [(label, node) for label, node in kept
             if not _is_plain_assign(node) or _targets(node) & need]
+
+
+class _Dependencies:
+    """Which module-level names each kept statement binds and reads."""
+
+    def __init__(self, statements: list[tuple[str, ast.stmt]]):
+        self.statements = [node for _, node in statements]
+        self.defines = {id(n): _defines(n) for n in self.statements}
+        self.reads = {id(n): _global_reads(n) for n in self.statements}
+
+    def closure(self, names: set[str]) -> set[str]:
+        """``names`` and every name the statements binding them read, transitively."""
+        need = set(names)
+        while True:
+            more = set().union(*(self.reads[id(n)] for n in self.statements
+                                 if self.defines[id(n)] & need)) - need
+            if not more:
+                return need
+            need |= more
+
+
+class _Relevance:
+    """Which failed statements can explain a grade: those binding a name some graded function
+    needs (itself, a helper it calls, a constant it reads, an import behind any of these).
+    Without graded names (a self-check of any file) every function and class counts."""
+
+    def __init__(self, statements: list[tuple[str, ast.stmt]], keep_names=frozenset()):
+        deps = _Dependencies(statements)
+        roots = set(keep_names) or {node.name for _, node in statements if isinstance(
+            node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+        #: graded name -> the module-level names it needs
+        self.needs = {r: deps.closure({r}) for r in sorted(roots)}
+
+    def note(self, where: str, node: ast.stmt, error: BaseException) -> str | None:
+        """Information about a statement that raised, or None where no graded function needs
+        what it binds (a notebook's set-up or demo statement)."""
+        names = _defines(node)
+        users = [g for g, need in self.needs.items() if "*" in names or names & need]
+        if not users:
+            return None
+        wanted = set().union(*(self.needs[u] for u in users))
+        missing = sorted(names if "*" in names else names & wanted)
+        why = describe_error(error, limit=300).replace("\n", " ")
+        head = f"{where}: not loaded ({why}), so {_listing(missing)}"
+        if set(users) <= names:
+            return f"{head} could not be graded"
+        return f"{head} {'is' if len(missing) == 1 else 'are'} undefined for {_listing(users)}"
+
+
+def _listing(names) -> str:
+    names = list(names)
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def load(path: str | Path, *, statement_timeout: float = 20.0, total_timeout: float = 90.0,
@@ -161,7 +230,9 @@ def load(path: str | Path, *, statement_timeout: float = 20.0, total_timeout: fl
     if builtins_dict is not None:
         ns["__builtins__"] = builtins_dict
     deadline = time.monotonic() + total_timeout
-    for index, (label, node) in enumerate(_kept_statements(chunks, notes, keep_names)):
+    statements = _kept_statements(chunks, notes, keep_names)
+    relevance = _Relevance(statements, keep_names)
+    for index, (label, node) in enumerate(statements):
         where = f"{label} line {node.lineno}"
         if index in skip:
             continue
@@ -172,15 +243,17 @@ def load(path: str | Path, *, statement_timeout: float = 20.0, total_timeout: fl
             notes.append(f"loading stopped: the submission's definitions took over "
                          f"{total_timeout:g} s")
             break
-        code = compile(ast.Module(body=[node], type_ignores=[]), f"<{path.name} {label}>", "exec")
+        code = compile(ast.Module(body=[node], type_ignores=[]), f"<{label}>", "exec")
         try:
             with time_limit(min(statement_timeout, left)):
                 exec(code, ns)
         except GradingTimeout:
-            notes.append(f"{label} line {node.lineno}: skipped, it ran for over "
-                         f"{min(statement_timeout, left):g} s")
+            notes.append(f"{where}: skipped, it ran for over {min(statement_timeout, left):g} s, "
+                         "so what it defines is missing at grading time")
         except BaseException as e:  # noqa: BLE001 - any student failure is a note
             if isinstance(e, KeyboardInterrupt):
                 raise
-            notes.append(f"{label} line {node.lineno}: skipped, {type(e).__name__}: {e}"[:300])
+            note = relevance.note(where, node, e)
+            if note is not None:
+                notes.append(note)
     return Loaded(ns, notes)

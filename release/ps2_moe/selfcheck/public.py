@@ -111,7 +111,7 @@ def check(name: str, fn, *, layouts=((2, 4), (4, 2), (1, 8), (8, 1)), cases: int
 
 def load_functions(path) -> dict:
     """The callables a notebook or .py file defines (demos and prints are not run)."""
-    loaded = load(path)
+    loaded = load(path, keep_names=frozenset(_table()))  # notes only where a checked name needs them
     for note in loaded.notes:
         print("note:", note)
     return {k: v for k, v in loaded.namespace.items() if callable(v)}

@@ -3,8 +3,8 @@
 The range is tested at both ends: ``make test`` runs the whole suite on :data:`JAX_MIN`, and
 ``make test-latest`` on the newest release the range allows (:data:`JAX_TESTED` when it was last
 bumped). ``pyproject.toml`` declares the same bounds (``jax>=JAX_MIN,<JAX_BELOW``; a test keeps
-them in step). Standard library only: this module is bundled into every release folder's
-``selfcheck.py``, whose set-up cell stops on a JAX older than the range.
+them in step). Standard library only: this module is copied into every release folder's
+``selfcheck`` package, whose set-up cell stops on a JAX older than the range.
 """
 from __future__ import annotations
 

@@ -8,6 +8,10 @@ import numpy as np
 
 def _dims(rng, x, y, size):
     """(b, d, f): per-device rows of the batch, and per-Y-shard widths of D and F."""
+    if size == "speed_bidirectional":
+        # ps4's speed shape (global B=D=F=1024): each ring step's transfer outlasts its partial
+        # matmul on a v5e, so sending half of every step each way shows in the time.
+        return 1024 // x, 1024 // y, 1024 // y
     if size == "small":
         return 2, 2 * int(rng.integers(1, 3)), 2
     if size == "grade":
@@ -84,3 +88,18 @@ def reducescatter_edge_cases(rng, x, y):
 
 def mlp_edge_cases(rng, x, y):
     return _smallest(rng, x, y, 3)
+
+
+def bidirectional(make_case):
+    """``make_case`` with ps4's communication-bound speed shape in place of ps3's."""
+    def case(rng, x, y, size):
+        return make_case(rng, x, y, "speed_bidirectional" if size == "speed" else size)
+
+    case.__name__ = f"{make_case.__name__}_bidirectional"
+    case.__qualname__ = case.__name__
+    return case
+
+
+allgather_case_bidirectional = bidirectional(allgather_case)
+allreduce_case_bidirectional = bidirectional(allreduce_case)
+reducescatter_case_bidirectional = bidirectional(reducescatter_case)
