@@ -348,7 +348,15 @@ def grade_all(root: Path, *, workers: int = 1, out: Optional[Path] = None,
         if bar is not None:
             bar.close()
     write_outputs(outcomes, out, reports)
+    from .class_report import write as write_class_report
+
+    write_class_report(reports, class_report_path(out))
     return outcomes
+
+
+def class_report_path(csv_path: Path) -> Path:
+    """Where grade-all puts the class report: next to its CSV."""
+    return Path(csv_path).parent / "class_report.html"
 
 
 def _grade_on_cluster(items: list[Item], opts, reports: Path, key: bytes, scheduler: str, *,
@@ -402,12 +410,23 @@ def add_parser(sub) -> None:
                    help="grade on a Dask cluster: its scheduler's address, like "
                    "tcp://host:8786 (the workers need this package and bubblewrap installed; "
                    "reports and the CSV are written here)")
+    g.add_argument("--gradebook", metavar="DB",
+                   help="also write the grades into nbgrader's gradebook (an SQLAlchemy URL "
+                   "such as sqlite:///gradebook.db, or an sqlite file), per graded cell, for "
+                   "formgrader, nbgrader export and generate_feedback")
     g.set_defaults(func=_cmd)
 
 
 def _cmd(a) -> int:
     from .cli import refuse
     from .sandbox import IsolationUnavailable, Limits, Options, check_options
+
+    if a.gradebook:  # said before any grading, not after
+        try:
+            import nbgrader.api  # noqa: F401
+        except ImportError:
+            print("--gradebook needs nbgrader: pip install '.[nbgrader]'", file=sys.stderr)
+            return 2
 
     root = Path(a.dir)
     if not root.is_dir():
@@ -443,8 +462,14 @@ def _cmd(a) -> int:
             raise
         print(f"cannot reach the Dask scheduler at {a.scheduler}: {e}", file=sys.stderr)
         return 2
+    if a.gradebook:
+        from .gradebook import publish
+
+        n = publish([o.report for o in outcomes], a.gradebook)
+        print(f"{n} grade(s) written to the gradebook {a.gradebook}", file=sys.stderr)
     graded = [o for o in outcomes if not o.skipped]
     print(f"{len(outcomes)} submission(s): {len(graded)} graded, "
           f"{len(outcomes) - len(graded)} unchanged since the last run; "
-          f"{time.monotonic() - t0:.1f} s; CSV: {a.out}", file=sys.stderr)
+          f"{time.monotonic() - t0:.1f} s; CSV: {a.out}; class report: "
+          f"{class_report_path(Path(a.out))}", file=sys.stderr)
     return 0

@@ -111,7 +111,20 @@ def build_parser() -> argparse.ArgumentParser:
     from .doctor import add_parser as _add_doctor
 
     _add_doctor(sub)
+    c = sub.add_parser("class-report", help="rebuild the HTML class report from grade-all's "
+                       "reports")
+    c.add_argument("reports", help="the reports folder grade-all wrote")
+    c.add_argument("--out", default="class_report.html")
+    c.add_argument("--title", default="Class report")
+    c.set_defaults(func=_cmd_class_report)
     return ap
+
+
+def _cmd_class_report(a) -> int:
+    from .class_report import write
+
+    print(write(Path(a.reports), Path(a.out), a.title))
+    return 0
 
 
 def main(argv=None) -> int:

@@ -5,8 +5,11 @@ limits) and every student's verdicts are checked: correct functions at full mark
 with the check and the reason they deserve, the batch finishing whatever the submissions do.
 """
 import csv
+import re
+import subprocess
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -157,3 +160,68 @@ def test_cli_grade_all(tmp_path):
     assert rc == 0
     rows = list(csv.DictReader(open(tmp_path / "g.csv")))
     assert rows[0]["student"] == "alice" and float(rows[0]["total"]) == 0.0
+
+
+def _report_totals(page: str) -> dict:
+    """(student, assignment) -> (total, out of) as the class report's hand-in table shows them."""
+    rows = re.findall(r'<tr class="grade" data-student="([^"]*)" data-assignment="([^"]*)">'
+                      r'.*?<td class="total">([^<]*)</td><td class="max">([^<]*)</td>', page)
+    return {(s, a): (float(t), float(m)) for s, a, t, m in rows}
+
+
+def _csv_totals(out: Path) -> dict:
+    return {(r["student"], r["assignment"]): (float(r["total"]), float(r["max_total"]))
+            for r in csv.DictReader(open(out / "grades.csv"))}
+
+
+def test_class_report_next_to_the_csv(graded):
+    out, _ = graded
+    page = (out / "class_report.html").read_text()
+    assert _report_totals(page) == _csv_totals(out)
+    assert "http://" not in page and "https://" not in page  # self-contained
+    look = page[page.index("need a look"):page.index("Every hand-in")]
+    assert "dave" in look and "time limit" in look  # his hanging function
+    assert "frank" in look and "SIGSEGV" in look  # his crashing one
+    assert "alice" not in look
+
+
+def test_class_report_in_a_browser(graded, tmp_path):
+    """What a person would see: headless chromium loads the page from disk, decodes every
+    chart, and shows the CSV's totals."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("chromium is not installed: `make test` installs it (make browser); "
+                    "without it the class report is not checked in a browser")
+    out, _ = graded
+    dom = subprocess.run(
+        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=5000",
+         "--user-data-dir=" + str(tmp_path / "profile"), "--dump-dom",
+         (out / "class_report.html").resolve().as_uri()],
+        capture_output=True, text=True, timeout=120, check=True).stdout
+    charts = re.search(r'data-charts="(\d+)" data-charts-drawn="(\d+)"', dom)
+    assert charts, dom[:500]
+    assert int(charts.group(1)) >= 2 and charts.group(1) == charts.group(2), charts.groups()
+    assert _report_totals(dom) == _csv_totals(out)
+
+
+def test_gradebook_grades_equal_the_csv(graded, tmp_path):
+    """Grades written with --gradebook reach nbgrader's own export unchanged, per graded cell."""
+    from nbgrader.api import Gradebook
+
+    from autograder.gradebook import db_url, publish
+
+    out, reps = graded
+    db = tmp_path / "gradebook.db"
+    n = publish(reps.values(), str(db))
+    assert n == 3 * len(EXPECTED)  # one grade per hidden cell per hand-in
+    publish(reps.values(), str(db))  # again: updated in place, not duplicated
+    with Gradebook(db_url(str(db))) as gb:
+        grade = gb.find_grade("grade_roll_diff", "ps1_sharding", "ps1_sharding", "dave")
+        assert grade.score == 4.0 and grade.max_score == 4.0
+    export = tmp_path / "export.csv"
+    subprocess.run([str(Path(sys.executable).with_name("nbgrader")), "export",
+                    f"--CourseDirectory.root={tmp_path}", f"--CourseDirectory.db_url={db_url(str(db))}",
+                    f"--to={export}"], check=True, capture_output=True, cwd=tmp_path, timeout=300)
+    exported = {(r["student_id"], r["assignment"]): (float(r["score"]), float(r["max_score"]))
+                for r in csv.DictReader(open(export))}
+    assert exported == _csv_totals(out)
