@@ -58,6 +58,10 @@ def _points(value: float, report: str) -> list:
                                    execution_count=None)]
 
 
+#: the autograded notebook's metadata key holding the grader's report (SubmissionResult.to_dict)
+REPORT_KEY = "autograder_report"
+
+
 class GradeInSandbox(NbGraderPreprocessor):
     """Run the submission in the sandbox and write every hidden cell's points from the grader."""
 
@@ -109,6 +113,8 @@ class GradeInSandbox(NbGraderPreprocessor):
             r = res.functions[fn]
             lines = [f"note: {n}" for n in res.notes] + [r.report()]
             cell.outputs = _points(r.score, "\n".join(lines))
+        if res is not None:  # the whole verdict, for a class report over autograded notebooks
+            nb.metadata[REPORT_KEY] = res.to_dict()
         return nb, resources
 
     def _execute(self, path: Path):

@@ -191,9 +191,31 @@ def main(argv=None) -> int:
         for sub in ("autograded", "feedback"):
             shutil.copytree(copies[s, asg] / sub / s / asg, course / sub / s / asg)
     (a.dir / "grades.json").write_text(json.dumps(grades, indent=2))
+    report = write_class_report(course, a.dir / "class_report.html", tasks)
     print(f"[{time.time() - t0:5.0f}s] done. Feedback: {course / 'feedback'}\n")
     print(grade_table(grades, assignments))
+    print(f"\nClass report: {report}")
     return 0
+
+
+def write_class_report(course: Path, out: Path, tasks) -> Path:
+    """The class report of the demo class, from the grader's report each autograded notebook
+    carries; each hand-in links to its nbgrader feedback page."""
+    import os
+
+    from autograder.class_report import HandIn, render
+    from autograder.nbgrader_plugin import REPORT_KEY
+
+    hand_ins = []
+    for s, asg in tasks:
+        nb = nbformat.read(course / "autograded" / s / asg / f"{asg}.ipynb", as_version=4)
+        rep = nb.metadata.get(REPORT_KEY)
+        if rep is None:
+            raise RuntimeError(f"{s}/{asg}: the autograded notebook carries no grader report")
+        link = os.path.relpath(course / "feedback" / s / asg / f"{asg}.html", out.parent)
+        hand_ins.append(HandIn.from_report({"student": s, **rep}, link))
+    out.write_text(render(hand_ins, title="Demo class"))
+    return out.resolve()
 
 
 if __name__ == "__main__":
