@@ -144,6 +144,10 @@ def speed(problem: Problem, t: Timing) -> CheckResult:
         m = t.modeled
         figures += (f"; modeled on TPU {m.get('chip', '?')}: {m['student_us']:.1f} us vs "
                     f"{m['baseline_us']:.1f} us (ratio {m['ratio']:.2f})")
+        if m.get("trips"):
+            counts = ", ".join(str(t) for t in m["trips"])
+            figures += (f", each loop modeled with the trip count it ran on the grading input "
+                        f"({counts})")
         ratio, limit = m["ratio"], m.get("threshold", limit)
         basis = "modeled TPU ratio"
     else:  # measured: on a real TPU, or where the model could not read the program

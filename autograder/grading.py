@@ -301,6 +301,24 @@ class Programs:
 
         return self._once((self.plan.request(layout, case).id, "speed"), make)
 
+    def pinned_speed_program(self, layout, case: Case, mesh, args) -> tuple[str, tuple]:
+        """``(partitioned text, trip counts)`` of the speed case's program with each loop's trip
+        count fixed to what it runs on the speed case's own arrays (counted here, by running the
+        instrumented artifact; see :mod:`autograder.tpumodel.loops`)."""
+        def make():
+            import jax
+
+            from .tpumodel.api import compile_partitioned
+            from .tpumodel.loops import pinned, trip_counts
+
+            art = self.artifact(layout, case)
+            dynamic = _dynamic(self.plan.problem, args)
+            trips = trip_counts(art.exported, dynamic)
+            lowered = jax.jit(pinned(art.exported, trips).call).lower(*dynamic)
+            return compile_partitioned(lowered, speed_options())[1], trips
+
+        return self._once((self.plan.request(layout, case).id, "pinned"), make)
+
     @contextlib.contextmanager
     def compiling(self):
         """A pool that compiles numerics programs in the background while this is open."""
@@ -568,7 +586,9 @@ def _speed_check(programs: Programs, modeler) -> CheckResult:
                     base_text = baseline_text(problem, layout, case, mesh, args)
                 with phase("speed: model"):
                     modeled = modeler(problem, None, mesh, args, program=True,
-                                      texts=(st_text, base_text)) or {}
+                                      texts=(st_text, base_text),
+                                      pinned=lambda: programs.pinned_speed_program(
+                                          layout, case, mesh, args)) or {}
             # Wall-clock is timed only where it decides: a real accelerator, or a program the
             # model cannot read. Where the model decides, timing emulated devices adds nothing.
             rounds = 0 if "ratio" in modeled else MEASURED_ROUNDS

@@ -13,11 +13,11 @@ import os
 import shutil
 import tempfile
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from . import chips as chipmod
 from .cost import Geometry, build_tasks
-from .hlo import ModelError, flatten
+from .hlo import DataDependentLoop, ModelError, flatten
 from .schedule import Timeline, schedule
 
 #: the dump that holds the partitioned per-device module (single-device programs have none)
@@ -137,12 +137,28 @@ def compare(problem, fn, mesh, args, *, chip=None, program=False,
         shape, names = _mesh_geometry(geo_mesh)
         return (model_hlo(texts[0], shape, names, chip=chip, name="student"),
                 model_hlo(texts[1], shape, names, chip=chip, name="jit baseline"))
+    dynamic = [a for a, s in zip(args, problem.in_specs, strict=True) if s is not None]
+    static = {i: a for i, (a, s) in enumerate(zip(args, problem.in_specs, strict=True))
+              if s is None}
     if program:
-        dynamic = [a for a, s in zip(args, problem.in_specs, strict=True) if s is not None]
-        st = model_function(fn, dynamic, geo_mesh, chip=chip, name="student")
+        student = fn
     else:
-        st = model_function(bind(fn), args, geo_mesh, chip=chip,
-                            static_argnums=problem.static_argnums, name="student")
+        def student(*dyn):  # the student's function of the array arguments alone
+            it = iter(dyn)
+            return bind(fn)(*[static[i] if i in static else next(it)
+                              for i in range(len(args))])
+    try:
+        st = model_function(student, dynamic, geo_mesh, chip=chip, name="student")
+    except DataDependentLoop:
+        # its loops run as often as the data says: count them on these arrays, then model
+        # the same program with those counts fixed (see .loops)
+        import jax
+
+        from .loops import pinned, trip_counts
+
+        exported = jax.export.export(jax.jit(student))(*dynamic)
+        fixed = pinned(exported, trip_counts(exported, dynamic))
+        st = model_function(fixed.call, dynamic, geo_mesh, chip=chip, name="student")
     outs = NamedSharding(mesh, problem.out_spec) if problem.uses_mesh else None
     base = model_function(bind(problem.baseline), args, geo_mesh, chip=chip,
                           static_argnums=problem.static_argnums, out_shardings=outs,
@@ -155,14 +171,25 @@ def modeled_threshold(problem) -> float:
 
 
 def grading_modeler(problem, fn, mesh, args, *, chip=None, program=False,
-                    texts: Optional[tuple[str, str]] = None) -> dict:
+                    texts: Optional[tuple[str, str]] = None,
+                    pinned: Optional[Callable[[], tuple[str, tuple[int, ...]]]] = None) -> dict:
     """The ``modeler`` hook of :func:`autograder.grading.grade_function`.
 
-    Returns ``{'chip', 'student_us', 'baseline_us', 'ratio', 'threshold'}``, or
+    Returns ``{'chip', 'student_us', 'baseline_us', 'ratio', 'threshold', ...}``, or
     ``{'note': ...}`` when the program cannot be modeled (the check then uses wall-clock).
-    """
+    ``pinned()``: for a program whose loops run as often as its data says, the partitioned
+    module of the same program with each loop's trip count fixed to what a run on the
+    grading input counted, and those counts (see :mod:`autograder.tpumodel.loops`)."""
+    trips = None
     try:
-        st, base = compare(problem, fn, mesh, args, chip=chip, program=program, texts=texts)
+        try:
+            st, base = compare(problem, fn, mesh, args, chip=chip, program=program, texts=texts)
+        except DataDependentLoop:
+            if pinned is None or texts is None:
+                raise
+            text, trips = pinned()
+            st, base = compare(problem, fn, mesh, args, chip=chip, program=program,
+                               texts=(text, texts[1]))
     except ModelError as e:
         return {"note": f"the TPU model could not handle this program ({e}); judged on "
                         "wall-clock instead"}
@@ -170,9 +197,12 @@ def grading_modeler(problem, fn, mesh, args, *, chip=None, program=False,
         return {"note": f"the TPU model failed ({type(e).__name__}: {str(e)[:200]}); judged on "
                         "wall-clock instead"}
     s, b = st.time_us, base.time_us
-    return {"chip": st.chip, "student_us": s, "baseline_us": b,
-            "ratio": s / max(b, 1e-9), "threshold": modeled_threshold(_problem(problem)),
-            "student": st.summary(), "baseline": base.summary()}
+    out = {"chip": st.chip, "student_us": s, "baseline_us": b,
+           "ratio": s / max(b, 1e-9), "threshold": modeled_threshold(_problem(problem)),
+           "student": st.summary(), "baseline": base.summary()}
+    if trips is not None:
+        out["trips"] = list(trips)
+    return out
 
 
 def default_modeler():

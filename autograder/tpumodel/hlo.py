@@ -20,6 +20,11 @@ class ModelError(Exception):
     """The program holds something the model cannot cost (it falls back to wall-clock)."""
 
 
+class DataDependentLoop(ModelError):
+    """A while loop whose trip count depends on array data: the model needs it counted
+    (:mod:`autograder.tpumodel.loops` takes the count from a run on the grading input)."""
+
+
 BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4,
          "u32": 4, "f32": 4, "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16, "s4": 1,
          "u4": 1, "token": 0}
@@ -415,8 +420,7 @@ class Flattener:
             c = self.run(cond, [carry])
             if not isinstance(c, Leaf) or c.const is None:
                 self.loop_stack.pop()
-                raise ModelError("a while loop whose trip count depends on array data "
-                                 "(only loops with static trip counts can be modeled)")
+                raise DataDependentLoop("a while loop whose trip count depends on array data")
             if not bool(c.const):
                 break
             self.loop_stack[-1] = it

@@ -1,0 +1,175 @@
+"""Trip counts of loops that depend on the data (autograder/tpumodel/loops.py).
+
+Each program here has loops whose counts are known from its inputs; the counting program must
+report exactly those, the pinned program must compute what the original computes, and the TPU
+model must then cost it (it refuses the original). Loops are placed where JAX puts them in real
+answers: inside shard_map, inside a helper jit (a func.call), nested in another loop, inside a
+branch, stopped by a carried flag rather than a counter, and a static fori_loop beside them.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from autograder.devices import setup_devices
+
+setup_devices()
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
+
+from autograder import grading, loader, registry  # noqa: E402
+from autograder.meshes import make_mesh  # noqa: E402
+from autograder.tpumodel import loops  # noqa: E402
+from autograder.tpumodel.api import model_function  # noqa: E402
+from autograder.tpumodel.hlo import DataDependentLoop, ModelError  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+FIX = Path(__file__).resolve().parent / "fixtures" / "ps2_moe"
+
+
+def _export(fn, *args):
+    return jax.export.export(jax.jit(fn))(*args)
+
+
+def _halvings(v):
+    """Iterations of ``while v > 1: v //= 2`` (a loop with no counter at all)."""
+    return jax.lax.while_loop(lambda s: s[0] > 1, lambda s: (s[0] // 2, s[1] + 1.0),
+                              (v, jnp.float32(0)))[1]
+
+
+@jax.jit
+def _helper(n, x):  # a nested jit: a func.call in the module
+    return jax.lax.while_loop(lambda s: s[0] < n, lambda s: (s[0] + 1, s[1] * 1.5),
+                              (0, x))[1]
+
+
+def program(x, n):
+    """Loop 0: n[0] rounds, each running a loop of n[1] + r rounds (nested, varying); then a
+    helper's loop of n[2] rounds; a branch holding a loop of n[3] halvings; a static fori."""
+    def outer(s):
+        r, acc = s
+        inner = jax.lax.while_loop(lambda t: t[0] < n[1] + r,
+                                   lambda t: (t[0] + 1, t[1] + 1.0), (0, acc))[1]
+        return r + 1, inner
+
+    y = jax.lax.while_loop(lambda s: s[0] < n[0], outer, (0, x))[1]
+    y = _helper(n[2], y)
+    y = jax.lax.cond(n[3] > 0, lambda: y + _halvings(n[3]), lambda: y)
+    return jax.lax.fori_loop(0, 3, lambda i, v: v * 2.0, y)
+
+
+def expected(x, n):
+    v = x
+    for r in range(n[0]):
+        v = v + (n[1] + r)
+    v = v * 1.5 ** n[2]
+    if n[3] > 0:
+        v = v + int(np.floor(np.log2(n[3]))) if n[3] > 1 else v
+    return v * 8.0
+
+
+@pytest.mark.parametrize("n", [(3, 2, 4, 37), (0, 5, 1, 0), (2, 0, 0, 1)])
+def test_counts_pinning_and_model_on_nested_loops(n):
+    x, nn = jnp.ones((4, 4), jnp.float32), jnp.asarray(n, jnp.int32)
+    exp = _export(program, x, nn)
+    np.testing.assert_allclose(np.asarray(exp.call(x, nn)), expected(np.ones((4, 4)), n),
+                               rtol=1e-5)
+    trips = loops.trip_counts(exp, [x, nn])
+    # loops numbered in program order: outer, inner (mean over its entries), helper, halvings,
+    # the static fori_loop
+    inner = (2 * sum(n[1] + r for r in range(n[0])) + n[0]) // (2 * n[0]) if n[0] else 0
+    halvings = int(np.floor(np.log2(n[3]))) if n[3] > 1 else 0
+    assert sorted(trips) == sorted((n[0], inner, n[2], halvings if n[3] > 0 else 0, 3)), trips
+    fixed = loops.pinned(exp, trips)
+    if n[0] <= 1:  # the inner loop's count is the same on every entry
+        np.testing.assert_allclose(np.asarray(fixed.call(x, nn)), np.asarray(exp.call(x, nn)))
+    with pytest.raises(DataDependentLoop):
+        model_function(exp.call, [x, nn])
+    # pinned, no loop stops the model; the branch that depends on the data still does
+    with pytest.raises(ModelError, match="conditional") as e:
+        model_function(fixed.call, [x, nn])
+    assert not isinstance(e.value, DataDependentLoop)
+
+
+def test_no_loops_no_counts():
+    x = jnp.ones((8,), jnp.float32)
+    exp = _export(lambda v: jnp.sin(v) * 2, x)
+    assert loops.trip_counts(exp, [x]) == ()
+
+
+def _ring_program(mesh):
+    """shard_map whose loop runs as many rounds as the largest count along X (a pmax)."""
+    def local(a, k):
+        rounds = jax.lax.pmax(jnp.max(k), "X")
+        out = jnp.zeros_like(a)  # zeros_like keeps a's type: varying over X
+        return jax.lax.while_loop(
+            lambda s: s[0] < rounds,
+            lambda s: (s[0] + 1, s[1] + jax.lax.ppermute(a, "X", [(i, (i + 1) % 4)
+                                                                  for i in range(4)])),
+            (0, out))[1]
+
+    return jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(P("X"), P("X")),
+                                 out_specs=P("X")))
+
+
+def test_counts_inside_shard_map_are_the_busiest_devices():
+    mesh = make_mesh(4, 2)
+    a = jax.device_put(jnp.arange(8.0), NamedSharding(mesh, P("X")))
+    k = jax.device_put(jnp.asarray([1, 2, 5, 0, 3, 1, 2, 2], jnp.int32),
+                       NamedSharding(mesh, P("X")))
+    fn = _ring_program(mesh)
+    exp = _export(fn, a, k)
+    assert loops.trip_counts(exp, [a, k]) == (5,)
+    fixed = loops.pinned(exp, (5,))
+    np.testing.assert_allclose(np.asarray(fixed.call(a, k)), np.asarray(fn(a, k)))
+    with pytest.raises(DataDependentLoop):
+        model_function(exp.call, [a, k], mesh)
+    one = model_function(loops.pinned(exp, (1,)).call, [a, k], mesh)
+    five = model_function(fixed.call, [a, k], mesh)
+    assert five.time_us > 3 * one.time_us  # five rounds of a transfer cost more than one
+
+
+def test_counting_never_trusts_the_program_text():
+    """The count comes from running the program: a loop that claims a bound in a name or an
+    attribute still runs as often as its data says."""
+    x, nn = jnp.ones((4, 4), jnp.float32), jnp.asarray((7, 1, 2, 0), jnp.int32)
+    exp = _export(program, x, nn)
+    text = exp.mlir_module()
+    assert loops.MARK not in text
+    module, tags = loops.counting_module(text)
+    assert loops.MARK not in str(module)
+    assert {t.kind for t in tags} == {"trips", "entries"}
+    assert loops.trip_counts(exp, [x, nn])[0] == 7
+
+
+# -- in grading ------------------------------------------------------------------------------
+
+def _speed(path: Path, name: str):
+    ns = loader.load(str(path)).namespace
+    res = grading.grade_function(registry.get(name), ns[name], quick=True, with_speed=True,
+                                 seed=7)
+    return next(c for c in res.checks if c.name == "speed")
+
+
+def _ratio(check) -> float:
+    import re
+
+    return float(re.search(r"ratio (\d+\.\d+)\)", check.message.split("modeled on TPU")[1])
+                 .group(1))
+
+
+@pytest.mark.parametrize("name", ["moe_all_to_all", "moe_topk"])
+def test_all_to_all_speed_is_modeled_with_counted_rounds(name):
+    ref = _speed(ROOT / "solutions" / "ps2_moe.py", name)
+    assert ref.passed and "modeled on TPU" in ref.message, ref.message
+    assert "trip count it ran on the grading input" in ref.message, ref.message
+    alt = _speed(FIX / "alt_flag_loop.py", name)  # a loop stopped by a flag, not a counter
+    assert alt.passed and "trip count" in alt.message, alt.message
+    # gathering every token to every device instead models slower than the reference
+    gathers = _speed(FIX / "wrong_a2a_gathers.py", name)
+    assert "modeled on TPU" in gathers.message
+    assert _ratio(gathers) > 1.5 * _ratio(ref), (gathers.message, ref.message)
+    assert not gathers.passed
