@@ -142,9 +142,12 @@ def speed_line(problem: Problem, chip: str | None = None) -> str:
              "shows it)")
     limit += (" or measured on a TPU" if measured == modeled
               else f"; measured on a TPU, at most {measured:g}")
-    return (f"your time over the plain `jax.jit` baseline's{where} with "
-            f"{_shapes(problem, case)}: {limit}. A program the model cannot cost (a loop whose "
-            f"trip count depends on the data) is timed on the wall clock instead, at most "
+    doc = " ".join((problem.baseline.__doc__ or "").split())
+    what = f" ({doc})" if doc else ""
+    return (f"your time over the plain `jax.jit` baseline's{what}{where} with "
+            f"{_shapes(problem, case)}: {limit}. A loop that runs as often as the data says "
+            "is modeled with the trip counts it runs on the grading input. A program the model "
+            f"cannot read is timed on the wall clock instead, at most "
             f"{problem.threshold('cpu'):g} on CPU, {problem.threshold('gpu'):g} on GPU")
 
 

@@ -25,8 +25,9 @@ DEFAULT_WEIGHTS = {"numerics": 0.5, "sharding": 0.15, "structure": 0.2, "memory"
 #: the answer (ps1) the references model at 1.00, and the cheapest wrong program measured (rolling
 #: the gathered global array) at 1.55. "tpu" 1.3: wall-clock on a real TPU, the same bar with
 #: room for timing noise. "gpu" 3.0 and "cpu" 8.0: wall-clock on hardware the course is not
-#: about (emulated CPU devices time a TPU program badly), used only where the model cannot decide
-#: (a loop whose trip count depends on the data); they only catch blow-ups.
+#: about (emulated CPU devices time a TPU program badly), used only where the model cannot read
+#: the program (a branch that depends on the data; loops that do are counted, see
+#: autograder.tpumodel.loops); they only catch blow-ups.
 SPEED_THRESHOLDS = {"tpu": 1.3, "gpu": 3.0, "cpu": 8.0, "tpu_model": 1.3}
 
 

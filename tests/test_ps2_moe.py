@@ -156,10 +156,14 @@ def test_reference_solutions_full_marks():
         assert res.score == res.max_score, (name, [c.message for c in res.checks])
 
 
-@pytest.mark.parametrize("fixture,quick", [("alt_loops", True), ("alt_ragged", False)])
+@pytest.mark.parametrize("fixture,quick", [("alt_loops", True), ("alt_ragged", False),
+                                           ("alt_flag_loop", False)])
 def test_alternative_correct_answers_full_marks(fixture, quick):
-    # alt_ragged on every layout and edge case; alt_loops (slow to compile) on two layouts
-    for name in NAMES:
+    # alt_ragged and alt_flag_loop on every layout and edge case; alt_loops (slow to compile)
+    # on two layouts
+    defined = [n for n in NAMES if _ns(str(FIX / f"{fixture}.py")).get(n) is not None]
+    assert defined
+    for name in defined:
         res = grade(FIX / f"{fixture}.py", name, quick=quick)
         assert res.score == res.max_score, (name, [c.message for c in res.checks])
 
@@ -191,6 +195,19 @@ def test_exchange_padded_to_s_fails_memory():
     assert check(res, "numerics").passed and check(res, "structure").passed
     mem = check(res, "memory")
     assert not mem.passed and "all-gathered copy of A" in mem.message
+
+
+def test_one_round_without_a_loop_fails_the_many_rounds_edge_case():
+    """Every small random case fits in one round of 128; the edge case with 320 tokens per
+    X-group does not, in the hidden grade and in the public self-check alike."""
+    from autograder import public
+
+    path = FIX / "wrong_one_round.py"
+    assert check(grade(path, "moe_all_to_all", quick=True), "numerics").passed
+    num = check(grade(path, "moe_all_to_all", quick=False), "numerics")
+    assert not num.passed and "edge case" in num.message, num.message
+    with pytest.raises(AssertionError, match="edge case"):
+        public.check("moe_all_to_all", _ns(str(path))["moe_all_to_all"], verbose=False)
 
 
 def test_topk_sum_fails_numerics_through_cli():

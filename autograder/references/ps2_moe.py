@@ -65,8 +65,12 @@ def _dims(rng, x, y, size, k=1):
     elif size == "grade":
         s, d = int(rng.integers(2, 13)), int(rng.integers(max(8, 2 * k + 2), 13))
         f, m = int(rng.integers(1, 5)), int(rng.integers(1, 4))
-    elif size == "speed":  # big enough to time, small enough for a CPU run in seconds
-        return 2048, 128, 128, x * max(1, 8 // x)
+    elif size == "speed":
+        # Modeled, and run once (an all-to-all loop's trip count is counted on it): big enough
+        # that the TPU model sees bytes and FLOPs rather than fixed per-op costs (at 2048 x 128
+        # x 128 every program is latency and the ratios say nothing), small enough for seconds
+        # on CPU.
+        return 8192, 512, 1024, x * max(1, 8 // x)
     elif size == "memory":  # compiled only: one all-gathered copy of A is S * D * 4 = 32 MiB
         return 32768, 256, 128, x * max(1, 8 // x)
     else:
@@ -122,22 +126,34 @@ def _edge_shapes(x, y):
     return 4 * x, 8 * y, 2 * y
 
 
+#: tokens per X-group in the many-rounds edge case: more than two rounds of any chunk up to 128
+MANY = 320
+
+
+def _to_next_group(s, x, per_group):
+    """Expert ids sending every X-group's tokens to the first expert of the next group."""
+    return per_group * ((np.arange(s) // (s // x) + 1) % x)
+
+
 def moe_edge_cases(rng, x, y):
-    """All tokens to the first / the last expert, E == X and E == 3X, empty experts, and every
-    X-group's tokens sent to the next group (the most rounds a chunked exchange can need)."""
+    """All tokens to the first / the last expert, E == X and E == 3X, empty experts, every
+    X-group's tokens sent to the next group (the most rounds a chunked exchange can need), and
+    that again with MANY tokens per group, so a chunked exchange runs several rounds."""
     s, d, f = _edge_shapes(x, y)
     out = []
     for e, b in ((x, np.zeros(s)), (3 * x, np.full(s, 3 * x - 1)),
-                 (3 * x, 3 * ((np.arange(s) // (s // x) + 1) % x)),
+                 (3 * x, _to_next_group(s, x, 3)),
                  (2 * x, rng.choice([1, 2 * x - 1], size=s))):
         a, w = _weights(rng, (s, d), e, f)
         out.append((a, np.asarray(b, np.int32), w))
+    a, w = _weights(rng, (MANY * x, d), 2 * x, f)
+    out.append((a, np.asarray(_to_next_group(MANY * x, x, 2), np.int32), w))
     return out
 
 
 def moe_topk_edge_cases(rng, x, y):
     """k = 1; every token's k choices equal (a sum would be k times too big); all to one expert;
-    k larger than E."""
+    k larger than E; MANY tokens per X-group, both choices in the next group (several rounds)."""
     s, d, f = _edge_shapes(x, y)
     out = []
     e = 2 * x
@@ -149,6 +165,9 @@ def moe_topk_edge_cases(rng, x, y):
     a, w = _weights(rng, (s, d), x, f)
     out.append((a, routing(rng, "skewed", (s, 3), x, x) if x > 1
                 else np.zeros((s, 3), np.int32), w))
+    a, w = _weights(rng, (MANY * x, d), 2 * x, f)
+    nxt = _to_next_group(MANY * x, x, 2)
+    out.append((a, np.stack([nxt, nxt + 1], axis=1).astype(np.int32), w))
     return out
 
 

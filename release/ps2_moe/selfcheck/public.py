@@ -17,8 +17,9 @@ from .compare import compare_values, genuine_array, sharding_problem
 from .loader import load
 from .meshes import make_mesh
 
-#: name -> {'args', 'in_specs', 'out_spec', 'uses_mesh', 'case', 'reference', 'rtol', 'atol'};
-#: 'case' and 'reference' are [module relative to this package, function name]
+#: name -> {'args', 'in_specs', 'out_spec', 'uses_mesh', 'case', 'edges', 'reference', 'rtol',
+#: 'atol'}; 'case', 'edges' (or None) and 'reference' are [module relative to this package,
+#: function name]
 PUBLIC: dict = {}
 
 
@@ -52,10 +53,17 @@ def public_entry(problem) -> dict:
         "out_spec": list(problem.out_spec),
         "uses_mesh": problem.uses_mesh,
         "case": _where(problem.make_case),
+        "edges": None if problem.edge_cases is None else _where(problem.edge_cases),
         "reference": _where(problem.reference),
         "rtol": problem.rtol,
         "atol": problem.atol,
+        "hidden": [c for c in problem.check_names if c not in ("numerics", "sharding")],
     }
+
+
+#: what each hidden check is about, as the self-check's last line names it
+HIDDEN = {"structure": "its structure (shard_map, collectives)", "memory": "its memory",
+          "speed": "its speed"}
 
 
 def check(name: str, fn, *, layouts=((2, 4), (4, 2), (1, 8), (8, 1)), cases: int = 2,
@@ -72,15 +80,18 @@ def check(name: str, fn, *, layouts=((2, 4), (4, 2), (1, 8), (8, 1)), cases: int
     in_specs = [None if s is None else PartitionSpec(*s) for s in spec["in_specs"]]
     out_spec = PartitionSpec(*spec["out_spec"])
     static = tuple(i for i, s in enumerate(in_specs) if s is None)
-    n = 0
+    edges = _function(spec["edges"]) if spec.get("edges") else None
+    n = n_edges = 0
     for x, y in layouts:
         mesh = make_mesh(x, y)
         rng = np.random.default_rng([x, y, 2024])
-        for _ in range(cases):
-            args = tuple(make_case(rng, x, y, "small"))
+        runs = [(tuple(make_case(rng, x, y, "small")), "") for _ in range(cases)]
+        if edges is not None and (x, y) == tuple(layouts[0]):  # edge cases: on the first mesh
+            runs += [(tuple(getattr(c, "args", c)), " (edge case)") for c in edges(rng, x, y)]
+        for args, label in runs:
             want = np.asarray(reference(args, x, y))
             placed = []
-            for a, s in zip(args, in_specs):
+            for a, s in zip(args, in_specs, strict=True):
                 if s is None:
                     placed.append(a)
                 elif spec["uses_mesh"]:
@@ -89,7 +100,7 @@ def check(name: str, fn, *, layouts=((2, 4), (4, 2), (1, 8), (8, 1)), cases: int
                     placed.append(jax.device_put(a, mesh.devices.flat[0]))
             where = (f"{name} on mesh {x}x{y} with "
                      + ", ".join(f"{k}={list(a.shape) if hasattr(a, 'shape') else a}"
-                                 for k, a in zip(spec["args"], args)))
+                                 for k, a in zip(spec["args"], args)) + label)
             f = functools.partial(fn, mesh=mesh) if spec["uses_mesh"] else fn
             out = jax.jit(f, static_argnums=static)(*placed)
             try:
@@ -102,11 +113,15 @@ def check(name: str, fn, *, layouts=((2, 4), (4, 2), (1, 8), (8, 1)), cases: int
                 msg = sharding_problem(out, mesh, out_spec)
             if msg is not None:
                 raise AssertionError(f"{where}: {msg}")
-            n += 1
+            n, n_edges = n + (not label), n_edges + bool(label)
     if verbose:
+        edge = f" and {n_edges} edge cases on mesh {layouts[0][0]}x{layouts[0][1]}" \
+            if n_edges else ""
+        hidden = [HIDDEN[c] for c in spec.get("hidden", ()) if c in HIDDEN]
+        also = (f" The hidden grader also checks {', '.join(hidden[:-1])}"
+                f"{' and ' if len(hidden) > 1 else ''}{hidden[-1]}." if hidden else "")
         print(f"OK {name}: values and output sharding match on {n} small cases "
-              f"(meshes {', '.join(f'{x}x{y}' for x, y in layouts)}). The hidden grader also "
-              "checks the communication your program does, memory and speed.")
+              f"(meshes {', '.join(f'{x}x{y}' for x, y in layouts)}){edge}.{also}")
 
 
 def load_functions(path) -> dict:
