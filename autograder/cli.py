@@ -74,10 +74,21 @@ def _cmd_grade(a) -> int:
 def _cmd_list(a) -> int:
     from . import registry
 
+    names = set(a.functions or ())
+    unknown = names - {p.name for p in registry.problems()}
+    if unknown:
+        print(f"unknown graded function(s): {', '.join(sorted(unknown))}", file=sys.stderr)
+        return 2
+    if names:  # the bar of each named function: what passes each check, and its points
+        from .bars import bar
+
+        print("\n\n".join(bar(registry.get(n)).text() for n in a.functions))
+        return 0
     for asg in registry.assignments():
         print(asg)
         for p in registry.problems(asg):
             print(f"  {p.name:38s} {p.points:g} pts  checks: {', '.join(p.check_names)}")
+    print("\npython -m autograder list FUNCTION ... prints what passes each check")
     return 0
 
 
@@ -103,7 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .batch import add_parser as _add_batch_parser
 
     _add_batch_parser(sub)
-    l = sub.add_parser("list", help="list the graded functions")
+    l = sub.add_parser("list", help="list the graded functions, or the bar of the named ones "
+                       "(what passes each check)")
+    l.add_argument("functions", nargs="*", help="graded functions to show the bar of")
     l.set_defaults(func=_cmd_list)
     from .profile_cli import add_parser as _add_profile
 

@@ -71,3 +71,15 @@ def test_notebook_submission(tmp_path):
 def test_missing_file_is_an_error_exit():
     p, _ = run_cli("grade", "/nonexistent/x.py")
     assert p.returncode != 0
+
+
+def test_list_prints_the_bar_of_named_functions():
+    from autograder import registry
+    from autograder.bars import bar
+
+    r, _ = run_cli("list", "moe_topk", "roll_diff")
+    assert r.returncode == 0, r.stderr
+    assert bar(registry.get("moe_topk")).text() in r.stdout
+    assert bar(registry.get("roll_diff")).text() in r.stdout
+    bad, _ = run_cli("list", "not_a_function")
+    assert bad.returncode == 2 and "not_a_function" in bad.stderr
