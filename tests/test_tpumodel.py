@@ -22,7 +22,7 @@ from autograder import tpumodel  # noqa: E402
 from autograder.meshes import make_mesh  # noqa: E402
 from autograder.registry import Problem  # noqa: E402
 from autograder.tpumodel import chips  # noqa: E402
-from autograder.tpumodel.api import model_function  # noqa: E402
+from autograder.tpumodel.api import compile_partitioned, model_function  # noqa: E402
 from autograder.tpumodel.cost import Geometry, Task  # noqa: E402
 from autograder.tpumodel.schedule import schedule  # noqa: E402
 
@@ -412,10 +412,22 @@ def test_grading_modeler_and_fallback(mesh):
     assert set(d) >= {"chip", "student_us", "baseline_us", "ratio", "threshold"}
     assert d["ratio"] < 1.0 and d["chip"] == "v5e"
 
-    def data_loop(A, W, mesh):
-        return jax.lax.while_loop(lambda x: x.sum() < 1.0, lambda x: x + 1.0, A @ W)
+    def data_loop(A, W, mesh):  # three more products, a count the compiler cannot see
+        n = (jnp.abs(A).max() > -1.0).astype(jnp.int32) * 3
 
+        def body(c):
+            return c[0] + 1, c[1] @ W
+
+        return jax.lax.while_loop(lambda c: c[0] < n, body, (jnp.int32(0), A @ W))[1]
+
+    # given the function, the model counts the loop on these arrays and models it pinned
     d = tpumodel.grading_modeler(prob, data_loop, mesh, [a, w])
+    assert d["ratio"] > 2.5, d
+
+    # given only the partitioned texts and no way to pin, it says so and falls back
+    lowered = jax.jit(functools.partial(data_loop, mesh=mesh)).lower(a, w)
+    _, text = compile_partitioned(lowered)
+    d = tpumodel.grading_modeler(prob, data_loop, mesh, [a, w], texts=(text, text))
     assert "ratio" not in d and "wall-clock" in d["note"]
 
 
