@@ -144,7 +144,9 @@ tpu_profile("matmul_allgather_bidirectional", matmul_allgather_bidirectional, me
 # choose, so write the all-reduce as two rings over output tiles `[B/X, F/Y]`:
 #
 # 1. a **reduce-scatter ring**: running sums of the tiles travel until tile `k` is complete on
-#    device `k` (half of each tile's columns turning one way, half the other);
+#    device `k` (half of each tile's columns turning one way, half the other). The sums moving
+#    to `j - 1` need their own schedule: work out which block a device adds at step `s` when
+#    its partial sum arrives from `j + 1` (Problem 4.3 asks for the same derivation);
 # 2. an **all-gather ring**: the finished tiles travel (again half each way) until every device
 #    has all of them, placed with `jax.lax.dynamic_update_slice_in_dim`.
 #
