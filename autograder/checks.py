@@ -117,6 +117,20 @@ def group_by_mesh(seen: dict[str, list], problem: Problem) -> str:
     return "\n".join(f"{on_meshes(ls)}: {CLAUSES.join(cs)}" for ls, cs in groups.items())
 
 
+def big_case_values(problem: Problem, check: str, where: str, value: np.ndarray,
+                    expected: np.ndarray) -> Optional[CheckResult]:
+    """A failed ``check`` when the program compiled for its memory or speed case does not
+    compute that case's answer, else None. The big cases have public shapes, so a function that
+    notices big inputs and skips the work would otherwise buy the memory or speed share: only a
+    program that computes the answer is measured."""
+    msg = compare_values(value, expected, problem.rtol, problem.atol)
+    if msg is None:
+        return None
+    return failed(check, f"{where}: the program for this case does not compute the answer "
+                  f"({msg}). The {check} check measures only a program that does; a function "
+                  "must compute the same thing whatever the size of its inputs")
+
+
 def memory(problem: Problem, temp_bytes: Optional[int], bound: int, what: str,
            where: str) -> CheckResult:
     if temp_bytes is None:

@@ -564,12 +564,28 @@ def _memory_check(programs: Programs) -> CheckResult:
             compiled = programs.compiled(layout, case, mesh, args, fast="memory")
             stats = compiled.memory_analysis()
             temp = None if stats is None else int(stats.temp_size_in_bytes)
+            with phase("memory: check the values"):
+                wrong = _big_case_values(problem, "memory", where, compiled, case, layout, args)
     except BaseException as e:  # noqa: BLE001
         if isinstance(e, KeyboardInterrupt):
             raise
-        return failed("memory", f"{where}: could not compile: {_short_error(e)}")
+        return failed("memory", f"{where}: could not compile and run it: {_short_error(e)}")
+    if wrong is not None:
+        return wrong
     bound, what = problem.memory_bound(case, *layout)
     return checks.memory(problem, temp, int(bound), what, where)
+
+
+def _big_case_values(problem: Problem, check: str, where: str, compiled, case: Case, layout,
+                     args) -> Optional[CheckResult]:
+    """Run the program compiled for the memory or speed case once and compare its output with
+    the NumPy reference (:func:`checks.big_case_values`)."""
+    import jax
+
+    out = genuine_array(compiled(*_dynamic(problem, args)))
+    value = np.asarray(jax.device_get(out))
+    expected = np.asarray(problem.reference(case.args, *layout))
+    return checks.big_case_values(problem, check, where, value, expected)
 
 
 def _speed_check(programs: Programs, modeler) -> CheckResult:
@@ -580,9 +596,18 @@ def _speed_check(programs: Programs, modeler) -> CheckResult:
         with time_limit(2 * CALL_TIMEOUT):
             args = _place(problem, case, mesh)
             modeled: dict = {}
-            if modeler is not None:
-                with phase("speed: compile"):  # one compile: the executable and the model's input
+            with phase("speed: compile"):  # one compile: the executable and the model's input
+                if modeler is not None:
                     student, st_text = programs.speed_program(layout, case, mesh, args)
+                else:
+                    student = programs.compiled(layout, case, mesh, args, fast=False)
+            with phase("speed: check the values"):
+                wrong = _big_case_values(problem, "speed", checks.where(problem, layout, case),
+                                         student, case, layout, args)
+            if wrong is not None:
+                return wrong
+            if modeler is not None:
+                with phase("speed: compile"):
                     base_text = baseline_text(problem, layout, case, mesh, args)
                 with phase("speed: model"):
                     modeled = modeler(problem, None, mesh, args, program=True,
@@ -595,8 +620,6 @@ def _speed_check(programs: Programs, modeler) -> CheckResult:
             s = b = ratio = float("nan")
             if rounds:
                 with phase("speed: compile"):
-                    if modeler is None:
-                        student = programs.compiled(layout, case, mesh, args, fast=False)
                     base = compile_for(problem, problem.baseline, mesh, args, baseline=True,
                                        options=None if modeler is None else speed_options())
                 with phase("speed: measure"):

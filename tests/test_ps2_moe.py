@@ -220,3 +220,14 @@ def test_topk_sum_fails_numerics_through_cli():
     assert not num["passed"] and "values differ" in num["message"]
     assert topk["score"] == 0
     assert d["functions"]["moe_local"]["score"] == 0  # not in the file: "not found"
+
+
+def test_big_inputs_get_the_same_work():
+    """The memory and speed cases have public shapes: a function that returns zeros for big
+    inputs fails both for computing the wrong answer there, after passing the numerics."""
+    res = grading.grade_function(registry.get("moe_local"),
+                                 _ns(str(FIX / "wrong_big_inputs.py"))["moe_local"], quick=True)
+    assert check(res, "numerics").passed
+    for name in ("memory", "speed"):
+        c = check(res, name)
+        assert not c.passed and "does not compute the answer" in c.message, c.message

@@ -135,6 +135,16 @@ def test_wrong_answers_fail_the_named_check(fixture, name, check, words):
         assert _check(res, "numerics").passed
 
 
+def test_big_inputs_get_the_same_work():
+    """A ring that drops its communication once inputs reach the (public) speed shape passes
+    numerics, sharding and structure, and fails speed for computing the wrong answer there."""
+    res = grading.grade_function(registry.get("matmul_allgather"),
+                                 _ns(FIX / "ps3" / "wrong_big_inputs.py")["matmul_allgather"],
+                                 quick=True)
+    assert [c.name for c in res.checks if not c.passed] == ["speed"], res.report()
+    assert "does not compute the answer" in _check(res, "speed").message
+
+
 def test_ps3_answer_is_not_bidirectional():
     """A unidirectional ps3 ring graded as its ps4 twin fails on structure."""
     ns = _ns(ROOT / "solutions" / "ps3_collective_matmul.py")
