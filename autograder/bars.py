@@ -36,14 +36,26 @@ class Bar:
     points: float
     lines: tuple[Line, ...]
 
+    def big_cases(self) -> str:
+        """The rule every measured check shares, said once: '' when there are none."""
+        big = [l.check for l in self.lines if l.check in ("memory", "speed")]
+        if not big:
+            return ""
+        one = len(big) == 1
+        return (f"The {' and '.join(big)} check{'' if one else 's'} run{'s' if one else ''} "
+                f"your function at the shapes below and need{'s' if one else ''} the right "
+                "answer there too.")
+
     def markdown(self) -> str:
         head = (f"**What the grader checks for `{self.name}`**: {self.points:g} points; nothing "
-                "counts unless the numerics pass.")
+                f"counts unless the numerics pass. {self.big_cases()}").rstrip()
         return "\n".join([head, ""] + [f"- **{l.check}** ({l.points:.3g} pt): {l.passes}"
                                         for l in self.lines])
 
     def text(self) -> str:
         out = [f"What the grader checks for {self.name} ({self.points:g} points):"]
+        if self.big_cases():
+            out.append(f"  {self.big_cases()}")
         out += [f"  {l.check:9s} {l.points:5.3g}  {l.passes.replace('`', '').replace('**', '')}"
                 for l in self.lines]
         return "\n".join(out)

@@ -54,3 +54,15 @@ def test_memory_bound_at_the_grading_shape():
     memory = dict((l.check, l.passes) for l in bars.bar(p).lines)["memory"]
     assert what in memory and bars._mib(bound) in memory
     assert "device" not in memory  # one device: no talk of devices
+
+
+def test_the_bar_says_measured_checks_need_the_right_answer():
+    """Memory and speed run the function at their own shapes and check its answer there."""
+    from autograder import registry
+    from autograder.bars import bar
+
+    for p in registry.problems():
+        measured = [n for n in p.check_names if n in ("memory", "speed")]
+        said = bar(p).markdown()
+        assert ("need the right answer there too" in said
+                or "needs the right answer there too" in said) == bool(measured), p.name
