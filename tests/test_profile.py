@@ -81,3 +81,40 @@ def test_profile_limit_follows_the_registry(args):
                                speed_threshold={"tpu_model": 0.37})
     p = profile(_blocking, prob, mesh, a, png=None)
     assert p.limit == 0.37 and "limit 0.37: OVER the limit" in repr(p) and p.passes is False
+
+
+def _local(A, W, mesh):
+    """Each device multiplies what it holds and keeps it: nothing moves between devices."""
+    return jax.shard_map(lambda a, w: a @ w[:a.shape[1]], mesh=mesh,
+                         in_specs=(P("X", "Y"), P(None, "Y")), out_specs=P("X", "Y"))(A, W)
+
+
+def test_profile_of_a_program_that_sends_nothing(args):
+    """No transfer: the text says so instead of calling the communication hidden."""
+    mesh, a = args
+    text = repr(profile(_local, "matmul_allgather", mesh, a, png=None))
+    assert "nothing is sent between devices" in text and "hidden" not in text
+
+
+def _unrolled(A, W, mesh):
+    """A ring written as a Python loop: the same few kinds of task, many times."""
+    def body(a, w):
+        ny, me = jax.lax.axis_size("Y"), jax.lax.axis_index("Y")
+        d = a.shape[1]
+        out = jnp.zeros((a.shape[0], w.shape[1]), a.dtype)
+        for s in range(ny):
+            blk = (me + s) % ny
+            out = out + a @ jax.lax.dynamic_slice_in_dim(w, blk * d, d, axis=0)
+            a = jax.lax.ppermute(a, "Y", [(j, (j - 1) % ny) for j in range(ny)])
+        return out
+
+    return jax.shard_map(body, mesh=mesh, in_specs=(P("X", "Y"), P(None, "Y")),
+                         out_specs=P("X", "Y"))(A, W)
+
+
+def test_profile_counts_an_unrolled_loop_by_kind(args):
+    """The critical-path line names a handful of task kinds, not one entry per iteration."""
+    mesh, a = args
+    text = repr(profile(_unrolled, "matmul_allgather", mesh, a, png=None))
+    path = next(line for line in text.splitlines() if "critical path" in line)
+    assert "[" not in path and len(path) < 300, path

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 import tempfile
 from dataclasses import dataclass, field
 from typing import Optional
@@ -37,6 +38,8 @@ SHAPE_LETTERS = "BDF"
 
 #: how many waits for a transfer a profile's text lists
 CRITICAL_LINES = 6
+#: how many kinds of task the critical-path line counts by name
+KINDS_SHOWN = 5
 #: two times closer than this (seconds) are the same instant in the schedule
 _EPS = 1e-12
 
@@ -148,7 +151,8 @@ class Profile:
     def text(self, critical_lines: int = CRITICAL_LINES) -> str:
         d = self.to_dict()
         name = f"{self.problem} " if self.problem else ""
-        lines = [f"{name}modeled on TPU {d['chip']}, mesh {d['mesh']} (one device's program):",
+        where = "one device" if d["mesh"] == "1" else f"mesh {d['mesh']} (one device's program)"
+        lines = [f"{name}modeled on TPU {d['chip']}, {where}:",
                  f"  {'':14s}{'total':>10s}{'compute':>10s}{'comm':>10s}{'exposed':>10s}  (us)"]
         for label, m in (("your function", self.student), ("jit baseline", self.baseline)):
             s = m.timeline.summary()
@@ -157,11 +161,19 @@ class Profile:
         lines.append("  " + self.verdict())
         waits = self.waits()
         exposed = [w for w in waits if w.exposed]
-        kinds = collections.Counter(w.task for w in waits)
-        lines.append(f"  critical path: {len(waits)} tasks ("
-                     + ", ".join(f"{n} {k}" for k, n in kinds.most_common()) + "); "
-                     + (f"{len(exposed)} computation(s) wait for a transfer:" if exposed else
-                        "no computation waits for a transfer (the communication is hidden)"))
+        # an unrolled loop's tasks carry their iteration ("dot_general [3]"): count them as one kind
+        kinds = collections.Counter(re.sub(r" \[\d+\]$", "", w.task) for w in waits)
+        shown = ", ".join(f"{n} {k}" for k, n in kinds.most_common(KINDS_SHOWN))
+        if len(kinds) > KINDS_SHOWN:
+            shown += f", {len(kinds) - KINDS_SHOWN} more kinds"
+        if exposed:
+            after = f"{len(exposed)} computation(s) wait for a transfer:"
+        elif self.student.timeline.summary()["comm_us"] > 0:
+            after = "no computation waits for a transfer (the communication is hidden)"
+        else:
+            after = "nothing is sent between devices"
+        lines.append(f"  critical path: {len(waits)} task{'s' * (len(waits) != 1)} ({shown}); "
+                     + after)
         lines += [f"    {w.line()}" for w in exposed[:critical_lines]]
         if len(exposed) > critical_lines:
             lines.append(f"    ... and {len(exposed) - critical_lines} more (p.waits() lists "
