@@ -131,8 +131,8 @@ def budget_line(problem: Problem) -> str | None:
 
 def structure_line(problem: Problem) -> str:
     budget = budget_line(problem)
-    return ("the communication your program does follows the statement (read from the program "
-            "as you wrote it; 'no communication' also from the compiled one)"
+    return ("the communication your program does follows the statement (`check` runs the "
+            "same rules on the program you wrote)"
             + (f"; byte budget: {budget}" if budget else ""))
 
 
@@ -150,17 +150,17 @@ def speed_line(problem: Problem, chip: str | None = None) -> str:
     case = _big_case(problem, "speed")
     where = f" at mesh {_mesh(problem.speed_layout)}" if problem.uses_mesh else ""
     modeled, measured = problem.threshold("tpu_model"), problem.threshold("tpu")
-    limit = (f"**at most {modeled:g}**, modeled on TPU {chip or DEFAULT_CHIP} (`tpu_profile` "
-             "shows it)")
+    shows = ("`tpu_profile` shows it" if problem.baseline_public else
+             "the grader models it: the baseline's code would give an answer away")
+    limit = f"**at most {modeled:g}**, modeled on TPU {chip or DEFAULT_CHIP} ({shows})"
     limit += (" or measured on a TPU" if measured == modeled
               else f"; measured on a TPU, at most {measured:g}")
     doc = " ".join((problem.baseline.__doc__ or "").split())
     what = f" ({doc})" if doc else ""
     return (f"your time over the plain `jax.jit` baseline's{what}{where} with "
-            f"{_shapes(problem, case)}: {limit}. A loop that runs as often as the data says "
-            "is modeled with the trip counts it runs on the grading input. A program the model "
-            f"cannot read is timed on the wall clock instead, at most "
-            f"{problem.threshold('cpu'):g} on CPU, {problem.threshold('gpu'):g} on GPU")
+            f"{_shapes(problem, case)}: {limit}. (A program the model cannot read, such as a "
+            f"branch on the data, is timed on the wall clock instead: at most "
+            f"{problem.threshold('cpu'):g} on CPU, {problem.threshold('gpu'):g} on GPU.)")
 
 
 _LINES = {"numerics": numerics_line, "sharding": sharding_line, "structure": structure_line,

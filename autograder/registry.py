@@ -84,6 +84,9 @@ class Problem:
     layouts: Optional[tuple] = None
     #: the layout used for the structure/memory/speed checks' big shapes
     speed_layout: tuple = (2, 4)
+    #: whether the baseline's code travels with the self-check (``tpu_profile`` models it from a
+    #: release folder); False where that code would give an exercise's answer away (ps1)
+    baseline_public: bool = True
 
     def case(self, rng, x: int, y: int, size: str) -> Case:
         c = self.make_case(rng, x, y, size)

@@ -5,6 +5,8 @@ lists its rules in the registry; the structure check runs them on every mesh lay
 """
 from __future__ import annotations
 
+import functools
+
 from .program import Program
 from .results import CheckResult, failed, passed
 
@@ -58,6 +60,21 @@ def no_compiled_collectives(prog: Program, mesh, problem) -> CheckResult:
                   "the output's sharding with the spec. " + HOW_TO_LOOK)
 
 
+def rule_factory(factory):
+    """Mark a function that builds rules: each rule it returns remembers how it was made
+    (``made_by``: the factory and its arguments), so that the public self-check can rebuild the
+    registry's rules from the public table (see :func:`autograder.public.encode_rule`)."""
+
+    @functools.wraps(factory)
+    def make(*args, **kwargs):
+        rule = factory(*args, **kwargs)
+        rule.made_by = (make, args, kwargs)
+        return rule
+
+    return make
+
+
+@rule_factory
 def all_of(*rules):
     """Combine rules: the first failure wins, otherwise a pass listing what held."""
 

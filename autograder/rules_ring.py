@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from .program import Op, Program
 from .results import CheckResult, failed, passed
-from .rules import CLAUSES, HOW_TO_LOOK, uses_shard_map
+from .rules import CLAUSES, HOW_TO_LOOK, rule_factory, uses_shard_map
 
 #: relative slack on byte budgets (padding, a few percent of rounding)
 SLACK = 1.03
@@ -129,6 +129,7 @@ def ring_budget(variant: str, nx: int, ny: int, arg_info, out_info, *, ring: boo
     return budget, per_op, need
 
 
+@rule_factory
 def ring_rule(variant: str, *, bidirectional: bool = False):
     """The structure rule for one collective-matmul variant.
 

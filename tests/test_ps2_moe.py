@@ -20,7 +20,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
 from autograder import grading, loader, registry  # noqa: E402
 from autograder.meshes import make_mesh  # noqa: E402
-from autograder.problems import ps2_moe as prob_mod  # noqa: E402
+from autograder import rules_moe  # noqa: E402
 from autograder.program import trace  # noqa: E402
 from autograder.references import ps2_moe as ref  # noqa: E402
 
@@ -113,7 +113,7 @@ def _program(fn, layout, topk=False):
 def test_input_shapes_read_from_jaxpr():
     fn = _ns(str(ROOT / "solutions" / "ps2_moe.py"))["moe_all_to_all"]
     prog, _, (a, b, w) = _program(fn, (2, 4))
-    shapes = prob_mod.input_shapes(prog)
+    shapes = rules_moe.input_shapes(prog)
     assert [s for _, s in shapes] == [a.shape, b.shape, w.shape]
 
 
@@ -135,10 +135,10 @@ def test_chunked_gather_in_a_while_loop_is_flagged():
                              out_specs=P("X", "Y"), check_vma=False)(A, B, W)
 
     prog, mesh, _ = _program(sneaky, (2, 4))
-    res = prob_mod.no_activation_gather_over_x(prog, mesh, None)
+    res = rules_moe.no_activation_gather_over_x(prog, mesh, None)
     assert not res.passed and "all_gather over 'X'" in res.message
     prog1, mesh1, _ = _program(sneaky, (1, 8))
-    assert prob_mod.no_activation_gather_over_x(prog1, mesh1, None) is None  # no X to cross
+    assert rules_moe.no_activation_gather_over_x(prog1, mesh1, None) is None  # no X to cross
 
 
 def test_moe_local_runs_on_one_device():

@@ -24,7 +24,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from autograder import registry
 from autograder.loader import load
 from autograder.meshes import make_mesh
-from autograder.problems import ps2_moe
+from autograder import rules_moe
 from autograder.program import Program, trace
 from autograder.stablehlo import program_from_exported, program_from_mlir
 
@@ -158,7 +158,7 @@ def test_same_program_and_same_verdicts(src, name):
             assert _dots(jp) == _dots(sp), where
         assert jp.uses_shard_map == sp.uses_shard_map, where
         assert (jp.arg_info, jp.out_info) == (sp.arg_info, sp.out_info), where
-        assert ps2_moe.input_shapes(jp) == ps2_moe.input_shapes(sp), where
+        assert rules_moe.input_shapes(jp) == rules_moe.input_shapes(sp), where
         assert bool(jp.compiled_collectives()) == bool(sp.compiled_collectives()), where
         for rule in problem.rules:
             a, b = rule(jp, mesh, problem), rule(sp, mesh, problem)

@@ -72,3 +72,42 @@ def test_setup_cell_stops_on_an_old_jax(tmp_path):
     assert "JaxTooOld" in p.stderr and f"needs JAX {versions.JAX_MIN} or newer" in p.stderr
     assert versions.upgrade_command() in p.stderr and "restart the runtime" in p.stderr
     assert "0.4.33" in "\n".join(err[-6:])
+
+
+PROFILE_ALL = r'''
+import json, selfcheck
+fns = selfcheck.load_functions({solution!r})
+mesh = selfcheck.make_mesh(2, 4)
+for name in sorted(selfcheck.PUBLIC):
+    if selfcheck.PUBLIC[name]["baseline"] is not None:
+        p = selfcheck.tpu_profile(name, fns[name], mesh)
+        print("PROFILE", json.dumps({{"name": name, "ratio": p.ratio, "limit": p.limit,
+                                     "lines": len(repr(p).splitlines())}}))
+    elif selfcheck.PUBLIC[name]["limit"] is not None:  # a baseline kept with the grader
+        assert selfcheck.tpu_profile(name, fns[name], mesh) is None
+'''
+
+
+@pytest.mark.parametrize("asg", ASSIGNMENTS)
+def test_tpu_profile_runs_from_the_release_folder(asg, tmp_path):
+    """The grader's TPU model travels in the self-check: a student sees the modeled ratio and
+    the grader's limit without the course package, and the reference answers are within it."""
+    import json
+
+    from autograder import registry
+
+    solution = str(ROOT / "solutions" / f"{asg}.py")
+    p = _run(tmp_path, asg, after=PROFILE_ALL.format(solution=solution))
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    got = {r["name"]: r for r in (json.loads(line.split(" ", 1)[1])
+                                   for line in p.stdout.splitlines()
+                                   if line.startswith("PROFILE "))}
+    want = {q.name: q.threshold("tpu_model") for q in registry.problems(asg)
+            if q.baseline is not None and q.baseline_public}
+    assert {n: r["limit"] for n, r in got.items()} == want
+    assert bool(want) == (asg != "ps1_sharding")  # ps1's baselines are 1a's answer: kept back
+    if asg == "ps1_sharding":
+        assert "its jit baseline stays with the grader" in p.stdout, p.stdout[-2000:]
+    for name, r in got.items():
+        assert r["ratio"] <= r["limit"], r
+        assert r["lines"] <= 12, r

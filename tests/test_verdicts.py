@@ -132,6 +132,27 @@ def test_the_reference_answers_pass_every_check():
             assert all(ok is not False for ok in v["checks"].values()), (path, function, v)
 
 
+@pytest.mark.parametrize("path,function", ENTRIES, ids=[key(*e) for e in ENTRIES])
+def test_the_self_check_agrees_on_structure(path, function):
+    """The public check runs the grader's structure rules: a program the table fails on
+    structure fails the self-check with a structure message, and one it passes is not failed
+    on structure (the self-check may still catch wrong values on its own small cases)."""
+    from autograder import public
+
+    want = recorded()[key(path, function)]["checks"]
+    if not (want["numerics"] and want.get("sharding", True)):
+        pytest.skip("wrong values: the structure verdict is not the point")
+    try:
+        public.check(function, _loaded(path).function(function), cases=1, verbose=False)
+        problem = None
+    except AssertionError as e:
+        problem = str(e)
+    on_structure = problem is not None and ": structure: " in problem
+    assert on_structure == (not want["structure"]), problem
+    if problem is not None and not on_structure:  # only wrong values, which the grader missed
+        assert "values differ" in problem, problem
+
+
 # ------------------------------------------------------------------------- as a script
 def main(argv=None) -> int:
     import argparse

@@ -1,27 +1,15 @@
 """Registry entries for ps1_sharding: shard-local work (Problem 1)."""
 from __future__ import annotations
 
-import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
 from .. import rules
+from ..baselines.ps1_sharding import average_baseline as _average_baseline
+from ..baselines.ps1_sharding import roll_baseline as _roll_baseline
 from ..references import ps1_sharding as ref
 from ..registry import Problem, register
 
 ASSIGNMENT = "ps1_sharding"
-
-
-def _average_baseline(A, mesh):
-    """the global view: A reshaped into its X blocks, each block averaged"""
-    x = mesh.shape["X"]
-    return A.reshape(x, A.shape[0] // x, A.shape[1]).mean(axis=1)
-
-
-def _roll_baseline(A, shift, mesh):
-    """the global view: A reshaped into its X blocks, each block rolled with jnp.roll"""
-    x = mesh.shape["X"]
-    blocks = A.reshape(x, A.shape[0] // x, A.shape[1])
-    return (jnp.roll(blocks, shift, axis=1) - blocks).reshape(A.shape)
 
 
 LOCAL_ONLY = rules.all_of(rules.no_collectives_written, rules.no_compiled_collectives)
@@ -38,6 +26,7 @@ register(Problem(
     make_case=ref.shard_average_case,
     reference=ref.shard_average_reference,
     baseline=_average_baseline,
+    baseline_public=False,
     rules=(rules.all_of(rules.no_shard_map, rules.no_compiled_collectives),),
 ))
 
@@ -52,6 +41,7 @@ register(Problem(
     make_case=ref.shard_average_case,
     reference=ref.shard_average_reference,
     baseline=_average_baseline,
+    baseline_public=False,
     rules=(rules.all_of(rules.uses_shard_map, LOCAL_ONLY),),
 ))
 
@@ -67,6 +57,7 @@ register(Problem(
     make_case=ref.roll_diff_case,
     reference=ref.roll_diff_reference,
     baseline=_roll_baseline,
+    baseline_public=False,
     rules=(rules.all_of(rules.uses_shard_map, LOCAL_ONLY),),
     edge_cases=ref.roll_diff_edge_cases,
 ))

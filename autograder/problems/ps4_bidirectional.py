@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from jax.sharding import PartitionSpec as P
 
+from ..baselines.ps3_collective_matmul import matmul_baseline
 from ..references import ps3_collective_matmul as ref  # same inputs and references as ps3
 from ..registry import Problem, register
 from ..rules_ring import ring_rule
-from .ps3_collective_matmul import matmul_baseline
 
 ASSIGNMENT = "ps4_bidirectional"
 

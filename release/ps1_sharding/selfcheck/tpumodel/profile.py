@@ -1,0 +1,268 @@
+"""``profile``: the student's function against the jit baseline on a modeled TPU.
+
+Notebook use::
+
+    from autograder.tpumodel import profile
+    p = profile(matmul_allgather, "matmul_allgather", mesh)           # registry 'speed' case
+    p = profile(fn, "matmul_allgather", (2, 4), shape=(1024, 2048, 2048), dtype="bfloat16")
+    p          # a few lines: times, the ratio against the grader's limit, the critical path
+    p.png      # the timeline picture (a notebook shows it under the lines)
+"""
+from __future__ import annotations
+
+import collections
+import os
+import re
+import tempfile
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from .api import Modeled, compare
+from .plot import plot_timelines
+from .schedule import Timeline
+
+#: how ``--shape`` letters map onto each argument's dims, per graded function (matmul problems)
+SHAPE_DIMS = {
+    "matmul_allgather": ("BD", "DF"),
+    "matmul_allgather_bidirectional": ("BD", "DF"),
+    "matmul_allreduce": ("BD", "DF"),
+    "matmul_allreduce_bidirectional": ("BD", "DF"),
+    "matmul_reducescatter": ("BF", "FD"),
+    "matmul_reducescatter_bidirectional": ("BF", "FD"),
+    "mlp_block": ("BD", "DF", "FD"),
+}
+SHAPE_LETTERS = "BDF"
+
+
+#: how many waits for a transfer a profile's text lists
+CRITICAL_LINES = 6
+#: how many kinds of task the critical-path line counts by name
+KINDS_SHOWN = 5
+#: two times closer than this (seconds) are the same instant in the schedule
+_EPS = 1e-12
+
+
+@dataclass(frozen=True)
+class Wait:
+    """One step of the critical path: ``task`` could not start earlier because of ``on``."""
+
+    task: str
+    kind: str  # 'compute' or 'comm'
+    duration_us: float
+    on: Optional[str] = None  # the task it waited for (None: it started the program)
+    why: str = ""  # 'data' (it reads ``on``'s result), or the compute stream or link ``on`` held
+    on_kind: Optional[str] = None  # 'compute' or 'comm'
+    on_us: float = 0.0  # how long ``on`` runs
+
+    @property
+    def exposed(self) -> bool:
+        """A computation waiting for a transfer's data: communication not hidden."""
+        return self.kind == "compute" and self.why == "data" and self.on_kind == "comm"
+
+    def line(self) -> str:
+        what = f"{self.task} ({self.kind}, {self.duration_us:.1f} us)"
+        if self.on is None:
+            return what + " starts the program"
+        if self.why == "data":
+            return f"{what} waits for the result of {self.on} ({self.on_kind}, {self.on_us:.1f} us)"
+        return f"{what} waits for {self.why} to be free after {self.on}"
+
+
+def _lane(resource) -> str:
+    return "the compute stream" if resource == "compute" else f"link ICI {resource[0]}{resource[1]}"
+
+
+def critical_path(tl: Timeline) -> list[Wait]:
+    """The chain of tasks that sets the modeled time, first to last, each with what it waited
+    for: a transfer or result it reads ('data'), or a compute stream or link another task held."""
+    if not tl.tasks:
+        return []
+    by_id = {t.id: t for t in tl.tasks}
+    cur = max(tl.tasks, key=lambda t: (tl.end[t.id], t.id))
+    chain: list[Wait] = []
+    while cur is not None:
+        s = tl.start[cur.id]
+        on, why = None, ""
+        if s > _EPS:
+            feeding = [d for d in cur.deps if abs(tl.end[d] - s) <= _EPS]
+            if feeding:
+                on, why = by_id[max(feeding)], "data"
+            else:
+                for r in cur.resources:
+                    held = [t for t in tl.tasks if t.id != cur.id and r in t.resources
+                            and abs(tl.end[t.id] - s) <= _EPS and t.duration > 0]
+                    if held:
+                        on, why = held[-1], _lane(r)
+                        break
+        chain.append(Wait(cur.label, cur.kind, cur.duration * 1e6) if on is None else
+                     Wait(cur.label, cur.kind, cur.duration * 1e6, on.label, why, on.kind,
+                          on.duration * 1e6))
+        cur = on
+    return chain[::-1]
+
+
+@dataclass
+class Profile:
+    """The student's function and the jit baseline, modeled; renders as a few lines and the
+    timeline picture (``png``)."""
+
+    student: Modeled
+    baseline: Modeled
+    png: Optional[str] = None
+    notes: list = field(default_factory=list)
+    #: the graded function's name and the grader's limit on the modeled ratio (None: unknown)
+    problem: Optional[str] = None
+    limit: Optional[float] = None
+
+    @property
+    def ratio(self) -> float:
+        return self.student.time_us / max(self.baseline.time_us, 1e-9)
+
+    @property
+    def passes(self) -> Optional[bool]:
+        """Whether the modeled ratio is within the grader's limit (None without a limit)."""
+        return None if self.limit is None else self.ratio <= self.limit
+
+    def waits(self) -> list[Wait]:
+        """The student's critical path (see :func:`critical_path`)."""
+        return critical_path(self.student.timeline)
+
+    def to_dict(self) -> dict:
+        s, b = self.student.timeline.summary(), self.baseline.timeline.summary()
+        return {"problem": self.problem, "chip": self.student.chip,
+                "mesh": "x".join(map(str, self.student.mesh_shape)),
+                "student_us": s["time_us"], "baseline_us": b["time_us"], "ratio": self.ratio,
+                "limit": self.limit, "passes": self.passes,
+                "compute_us": s["compute_us"], "comm_us": s["comm_us"],
+                "exposed_comm_us": s["exposed_comm_us"], "baseline_compute_us": b["compute_us"],
+                "baseline_comm_us": b["comm_us"],
+                "baseline_exposed_comm_us": b["exposed_comm_us"], "png": self.png,
+                "critical_path": [w.line() for w in self.waits()], "notes": list(self.notes)}
+
+    def verdict(self) -> str:
+        text = f"ratio (yours / baseline) {self.ratio:.2f}"
+        if self.limit is None:
+            return text
+        return text + (f", limit {self.limit:g}: "
+                       + ("within the limit" if self.passes else "OVER the limit"))
+
+    def text(self, critical_lines: int = CRITICAL_LINES) -> str:
+        d = self.to_dict()
+        name = f"{self.problem} " if self.problem else ""
+        where = "one device" if d["mesh"] == "1" else f"mesh {d['mesh']} (one device's program)"
+        lines = [f"{name}modeled on TPU {d['chip']}, {where}:",
+                 f"  {'':14s}{'total':>10s}{'compute':>10s}{'comm':>10s}{'exposed':>10s}  (us)"]
+        for label, m in (("your function", self.student), ("jit baseline", self.baseline)):
+            s = m.timeline.summary()
+            lines.append(f"  {label:14s}{s['time_us']:10.1f}{s['compute_us']:10.1f}"
+                         f"{s['comm_us']:10.1f}{s['exposed_comm_us']:10.1f}")
+        lines.append("  " + self.verdict())
+        waits = self.waits()
+        exposed = [w for w in waits if w.exposed]
+        # an unrolled loop's tasks carry their iteration ("dot_general [3]"): count them as one kind
+        kinds = collections.Counter(re.sub(r" \[\d+\]$", "", w.task) for w in waits)
+        shown = ", ".join(f"{n} {k}" for k, n in kinds.most_common(KINDS_SHOWN))
+        if len(kinds) > KINDS_SHOWN:
+            shown += f", {len(kinds) - KINDS_SHOWN} more kinds"
+        if exposed:
+            after = f"{len(exposed)} computation(s) wait for a transfer:"
+        elif self.student.timeline.summary()["comm_us"] > 0:
+            after = "no computation waits for a transfer (the communication is hidden)"
+        else:
+            after = "nothing is sent between devices"
+        lines.append(f"  critical path: {len(waits)} task{'s' * (len(waits) != 1)} ({shown}); "
+                     + after)
+        lines += [f"    {w.line()}" for w in exposed[:critical_lines]]
+        if len(exposed) > critical_lines:
+            lines.append(f"    ... and {len(exposed) - critical_lines} more (p.waits() lists "
+                         "the whole path)")
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return self.text()
+
+    def _repr_html_(self):  # notebooks: the few lines, then the picture once
+        import base64
+        import html
+
+        out = f"<pre>{html.escape(self.text())}</pre>"
+        if self.png and os.path.exists(self.png):
+            with open(self.png, "rb") as fh:
+                out += f'<img src="data:image/png;base64,{base64.b64encode(fh.read()).decode()}"/>'
+        return out
+
+
+def _mesh(mesh):
+    if isinstance(mesh, (tuple, list)):
+        from ..meshes import make_mesh
+
+        return make_mesh(*mesh)
+    if isinstance(mesh, str):
+        from ..meshes import make_mesh
+
+        return make_mesh(*(int(v) for v in mesh.lower().split("x")))
+    return mesh
+
+
+def case_args(problem, mesh, *, shape=None, dtype=None, seed: int = 0) -> list:
+    """Arguments for ``problem`` on ``mesh``: the registry's 'speed' case, or arrays of the given
+    ``shape`` (B, D, F for the matmul problems), cast to ``dtype``; placed with the problem's
+    shardings."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding
+
+    x, y = (int(mesh.shape[a]) for a in ("X", "Y"))
+    if shape is not None:
+        dims = SHAPE_DIMS.get(problem.name)
+        if dims is None:
+            raise ValueError(f"--shape is defined for {sorted(SHAPE_DIMS)}; for "
+                             f"{problem.name} the registry's 'speed' case is used")
+        sizes = dict(zip(SHAPE_LETTERS, shape))
+        raw = [np.zeros(tuple(sizes[c] for c in d), np.float32) for d in dims]
+    else:
+        raw = list(problem.case(np.random.default_rng(seed), x, y, "speed").args)
+    out = []
+    for a, spec in zip(raw, problem.in_specs):
+        if spec is None or not isinstance(a, np.ndarray):
+            out.append(a)
+            continue
+        arr = jnp.asarray(a)
+        if dtype is not None and jnp.issubdtype(arr.dtype, jnp.floating):
+            arr = arr.astype(dtype)
+        if problem.uses_mesh:
+            out.append(jax.device_put(arr, NamedSharding(mesh, spec)))
+        else:
+            out.append(jax.device_put(arr, mesh.devices.flat[0]))
+    return out
+
+
+def profile(fn, problem, mesh=(2, 4), args=None, *, chip=None, shape=None, dtype=None,
+            png: Optional[str] = "", title: Optional[str] = None,
+            program: bool = False) -> Profile:
+    """Model ``fn`` and the problem's jit baseline; draw the timelines.
+
+    ``problem``: a registry name or :class:`~autograder.registry.Problem`; ``mesh``: a Mesh or
+    (x, y); ``args``: placed arguments (default: the registry's 'speed' case, or ``shape``);
+    ``png``: where to write the picture ('' a temporary file, None no picture); ``program``:
+    ``fn`` is an exported program's ``call`` (array arguments only), not the student's function.
+    """
+    from .api import _problem
+
+    problem = _problem(problem)
+    mesh = _mesh(mesh)
+    if args is None:
+        args = case_args(problem, mesh, shape=shape, dtype=dtype)
+    st, base = compare(problem, fn, mesh, args, chip=chip, program=program)
+    prof = Profile(st, base, problem=problem.name, limit=problem.threshold("tpu_model"))
+    if png is not None:
+        if png == "":
+            fd, png = tempfile.mkstemp(prefix=f"profile-{problem.name}-", suffix=".png")
+            os.close(fd)
+        name = title or getattr(fn, "__name__", problem.name)
+        prof.png = plot_timelines([(f"{name} (yours)", st.timeline),
+                                   ("jit baseline", base.timeline)], png)
+    return prof

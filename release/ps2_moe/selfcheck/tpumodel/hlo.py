@@ -1,0 +1,543 @@
+"""Reading a per-device HLO module and flattening it into a list of array operations.
+
+The text is the module XLA dumps right after SPMD partitioning: one device's program, with the
+collectives the student wrote (shard_map) or GSPMD inserted (jit), before any backend pass merges
+collectives or makes them asynchronous. :func:`flatten` executes it symbolically for one device:
+scalar integer arithmetic is evaluated (so loop trip counts and ``axis_index`` are known), while
+loops are unrolled, calls inlined, and every operation that touches an array becomes a
+:class:`Node` that depends on the nodes that produced its operands.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+
+
+class ModelError(Exception):
+    """The program holds something the model cannot cost (it falls back to wall-clock)."""
+
+
+class DataDependentLoop(ModelError):
+    """A while loop whose trip count depends on array data: the model needs it counted
+    (:mod:`autograder.tpumodel.loops` takes the count from a run on the grading input)."""
+
+
+BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4,
+         "u32": 4, "f32": 4, "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16, "s4": 1,
+         "u4": 1, "token": 0}
+
+
+def dtype_bytes(dt: str) -> int:
+    if dt.startswith("f8"):
+        return 1
+    return BYTES.get(dt, 4)
+
+
+# ----------------------------------------------------------------------------- parsing text
+@dataclass
+class Shape:
+    dtype: str
+    dims: tuple[int, ...]
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.dims, dtype=np.int64)) if self.dims else 1
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * dtype_bytes(self.dtype)
+
+    def __str__(self) -> str:
+        return f"{self.dtype}[{','.join(map(str, self.dims))}]"
+
+
+@dataclass
+class Instr:
+    name: str
+    type: Any  # Shape or list (tuple type)
+    opcode: str
+    operands: list[str]
+    raw_operands: str
+    attrs: dict[str, str]
+    is_root: bool = False
+
+
+@dataclass
+class Computation:
+    name: str
+    instrs: list[Instr]
+    params: dict[int, str] = field(default_factory=dict)
+
+    @property
+    def root(self) -> Instr:
+        for i in self.instrs:
+            if i.is_root:
+                return i
+        return self.instrs[-1]
+
+
+def _match_skip(text: str, i: int, open_c: str, close_c: str) -> int:
+    depth, j, n = 0, i, len(text)
+    while j < n:
+        c = text[j]
+        if c == '"':
+            j = text.index('"', j + 1) + 1
+            continue
+        if c == open_c:
+            depth += 1
+        elif c == close_c:
+            depth -= 1
+            if depth == 0:
+                return j + 1
+        j += 1
+    raise ModelError("unbalanced brackets in HLO text")
+
+
+def split_top(s: str, sep: str = ",") -> list[str]:
+    out, depth, cur, j = [], 0, [], 0
+    while j < len(s):
+        c = s[j]
+        if c == '"':
+            k = s.index('"', j + 1)
+            cur.append(s[j:k + 1])
+            j = k + 1
+            continue
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        if c == sep and depth == 0:
+            out.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(c)
+        j += 1
+    if "".join(cur).strip():
+        out.append("".join(cur).strip())
+    return out
+
+
+_SHAPE = re.compile(r"^([a-z][a-z0-9]*)\[([0-9,\s]*)\]")
+
+
+def parse_type(s: str):
+    s = s.strip()
+    if s.startswith("("):
+        inner = s[1:_match_skip(s, 0, "(", ")") - 1]
+        return [parse_type(p) for p in split_top(inner)]
+    m = _SHAPE.match(s)
+    if not m:
+        if s.startswith("token"):
+            return Shape("token", ())
+        raise ModelError(f"cannot read the HLO type {s[:40]!r}")
+    dims = tuple(int(d) for d in m.group(2).replace(" ", "").split(",") if d)
+    return Shape(m.group(1), dims)
+
+
+_COMMENT = re.compile(r"/\*.*?\*/")
+_HEAD = re.compile(r"^\s*(ROOT\s+)?%?([\w.\-]+)\s*=\s*")
+_COMP = re.compile(r"^\s*(ENTRY\s+)?%?([\w.\-]+)\s*(\(.*)?\{\s*$")
+
+
+def parse_module(text: str) -> tuple[dict[str, Computation], str]:
+    comps: dict[str, Computation] = {}
+    entry = None
+    cur: Optional[Computation] = None
+    for line in text.splitlines():
+        line = _COMMENT.sub("", line.rstrip())
+        if not line.strip():
+            continue
+        if cur is None:
+            if line.startswith("HloModule"):
+                continue
+            m = _COMP.match(line)
+            if m and "=" not in line.split("(")[0]:
+                cur = Computation(m.group(2), [])
+                if m.group(1):
+                    entry = m.group(2)
+            continue
+        if line.strip() == "}":
+            comps[cur.name] = cur
+            cur = None
+            continue
+        ins = _parse_instr(line)
+        if ins is not None:
+            cur.instrs.append(ins)
+            if ins.opcode == "parameter":
+                cur.params[int(ins.raw_operands.strip())] = ins.name
+    if entry is None:
+        raise ModelError("no ENTRY computation in the HLO module")
+    return comps, entry
+
+
+#: an operand reference: ``%name``, or ``%name#i#j`` for element j of element i of the tuple
+#: ``%name`` (newer XLA prints a get-tuple-element this way in place of its own instruction, e.g.
+#: ``compare(%param.1#0, %constant)`` for the counter of a while loop's carry)
+_OPERAND = re.compile(r"%([\w.\-]+(?:#\d+)*)")
+
+
+def _parse_instr(line: str) -> Optional[Instr]:
+    m = _HEAD.match(line)
+    if not m:
+        return None
+    rest = line[m.end():]
+    if rest.startswith("("):
+        end = _match_skip(rest, 0, "(", ")")
+        tstr, rest = rest[:end], rest[end:]
+    else:
+        sp = rest.index(" ")
+        tstr, rest = rest[:sp], rest[sp:]
+    rest = rest.strip()
+    om = re.match(r"([\w\-]+)\(", rest)
+    if not om:
+        return None
+    opcode = om.group(1)
+    p0 = om.end() - 1
+    p1 = _match_skip(rest, p0, "(", ")")
+    raw = rest[p0 + 1:p1 - 1]
+    attrs: dict[str, str] = {}
+    tail = rest[p1:].strip()
+    if tail.startswith(","):
+        for part in split_top(tail[1:]):
+            if "=" in part:
+                k, v = part.split("=", 1)
+                attrs[k.strip()] = v.strip()
+    operands = [] if opcode == "constant" else _OPERAND.findall(raw)
+    return Instr(m.group(2), parse_type(tstr), opcode, operands, raw, attrs,
+                 is_root=bool(m.group(1)))
+
+
+# ------------------------------------------------------------------------- replica groups
+def device_groups(attrs: dict[str, str], n_devices: int, mesh_shape: tuple[int, ...]):
+    """The replica groups of a collective as lists of device (partition) ids."""
+    rg = attrs.get("replica_groups")
+    if rg is None or rg in ("{}", "{{}}"):
+        return [list(range(n_devices))]
+    rg = rg.strip()
+    if rg.startswith("mesh["):
+        # mesh['axis_0'=2,'axis_1'=4] {'axis_1'}   (axes listed are the grouped ones)
+        head = rg[5:rg.index("]")]
+        sizes = [int(p.split("=")[1]) for p in head.split(",")]
+        names = [p.split("=")[0].strip().strip("'") for p in head.split(",")]
+        sel = re.findall(r"'([^']+)'", rg[rg.index("]") + 1:])
+        ids = np.arange(int(np.prod(sizes))).reshape(sizes)
+        keep = [i for i, nm in enumerate(names) if nm in sel]
+        other = [i for i in range(len(sizes)) if i not in keep]
+        ids = ids.transpose(other + keep).reshape(-1, int(np.prod([sizes[i] for i in keep])))
+        return ids.tolist()
+    if rg.startswith("["):
+        # iota form: [G,S]<=[d0,d1,...]T(perm)
+        m = re.match(r"\[([\d,]+)\]<=\[([\d,]+)\](T\(([\d,]+)\))?", rg)
+        if not m:
+            raise ModelError(f"cannot read replica_groups {rg!r}")
+        gs = [int(v) for v in m.group(1).split(",")]
+        dims = [int(v) for v in m.group(2).split(",")]
+        ids = np.arange(int(np.prod(dims))).reshape(dims)
+        if m.group(4):
+            ids = ids.transpose([int(v) for v in m.group(4).split(",")])
+        return ids.reshape(gs[0], -1).tolist()
+    groups = re.findall(r"\{([\d,\s]*)\}", rg)
+    return [[int(v) for v in g.split(",") if v.strip()] for g in groups if g.strip()]
+
+
+def source_target_pairs(attrs: dict[str, str]) -> list[tuple[int, int]]:
+    s = attrs.get("source_target_pairs", "")
+    return [(int(a), int(b)) for a, b in re.findall(r"\{\s*(\d+)\s*,\s*(\d+)\s*\}", s)]
+
+
+# ------------------------------------------------------------------------ symbolic execution
+@dataclass
+class Leaf:
+    shape: Shape
+    deps: frozenset  # ids of the array nodes this value was computed from
+    vid: int  # identity of the buffer (aliases keep it)
+    const: Any = None  # known value of a scalar
+
+
+@dataclass
+class Node:
+    """One array operation of the flattened per-device program."""
+
+    id: int
+    opcode: str
+    label: str
+    out: list  # output Shapes
+    inputs: list  # (Leaf) operand values
+    attrs: dict
+    deps: frozenset
+    loop_iter: tuple = ()
+
+    @property
+    def out_bytes(self) -> int:
+        return sum(s.nbytes for s in self.out)
+
+
+#: ops that only rename or relabel a buffer; they cost nothing on a TPU
+ALIAS_OPS = {"copy", "bitcast", "reshape", "optimization-barrier", "copy-start", "copy-done",
+             "add-dependency", "domain", "opt-barrier"}
+_ALIAS_CUSTOM_CALLS = ("Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape",
+                       "xla.sdy.", "MoveToHost", "MoveToDevice", "LayoutConstraint")
+COLLECTIVES = {"all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute",
+               "collective-broadcast", "ragged-all-to-all"}
+
+
+class Flattener:
+    def __init__(self, comps: dict[str, Computation], device: int = 0, max_nodes: int = 50000):
+        self.comps = comps
+        self.device = device
+        self.max_nodes = max_nodes
+        self.nodes: list[Node] = []
+        self._vid = 0
+        self.loop_stack: list[int] = []
+
+    def new_vid(self) -> int:
+        self._vid += 1
+        return self._vid
+
+    # values ------------------------------------------------------------------------------
+    def leaf(self, shape, deps=frozenset(), const=None) -> Leaf:
+        return Leaf(shape, frozenset(deps), self.new_vid(), const)
+
+    def make_out(self, typ, deps):
+        if isinstance(typ, list):
+            return [self.make_out(t, deps) for t in typ]
+        return self.leaf(typ, deps)
+
+    def all_deps(self, v) -> frozenset:
+        if isinstance(v, list):
+            out = frozenset()
+            for x in v:
+                out |= self.all_deps(x)
+            return out
+        return v.deps
+
+    def leaves(self, v) -> list:
+        if isinstance(v, list):
+            return [l for x in v for l in self.leaves(x)]
+        return [v]
+
+    # execution ---------------------------------------------------------------------------
+    def run(self, comp_name: str, args: list):
+        comp = self.comps[comp_name]
+        env: dict[str, Any] = {}
+        for ins in comp.instrs:
+            env[ins.name] = self.eval(ins, env, args)
+        return env[comp.root.name]
+
+    @staticmethod
+    def operand(env, ref: str):
+        """The value ``ref`` names: ``name`` or a tuple element path ``name#i#j``."""
+        name, *path = ref.split("#")
+        v = env[name]
+        for i in path:
+            if not isinstance(v, list) or int(i) >= len(v):
+                raise ModelError(f"cannot read the operand %{ref} (not an element of a tuple)")
+            v = v[int(i)]
+        return v
+
+    def eval(self, ins: Instr, env, args):
+        op = ins.opcode
+        ops = [self.operand(env, o) for o in ins.operands if o.split("#", 1)[0] in env]
+        if op == "parameter":
+            return args[int(ins.raw_operands.strip())]
+        if op == "constant":
+            return self.leaf(ins.type, const=_literal(ins.raw_operands, ins.type))
+        if op == "tuple":
+            return list(ops)
+        if op == "get-tuple-element":
+            return ops[0][int(ins.attrs["index"])]
+        if op in ("partition-id", "replica-id"):
+            return self.leaf(ins.type, const=self.device)
+        if op in ALIAS_OPS:
+            v = ops[0]
+            if isinstance(v, list) or isinstance(ins.type, list):
+                return v
+            return Leaf(ins.type, v.deps, v.vid, v.const)
+        if op == "custom-call":
+            target = ins.attrs.get("custom_call_target", "").strip('"')
+            if any(target.startswith(t) for t in _ALIAS_CUSTOM_CALLS) and ops:
+                v = ops[0]
+                return v if isinstance(v, list) else Leaf(ins.type, v.deps, v.vid, v.const)
+            raise ModelError(f"custom-call {target!r} has no cost rule")
+        if op in ("call", "fusion", "async-start"):
+            callee = ins.attrs.get("to_apply") or ins.attrs.get("calls")
+            return self.run(callee.lstrip("%"), ops)
+        if op == "while":
+            return self.run_while(ins, ops[0])
+        if op == "conditional":
+            return self.run_conditional(ins, ops)
+        if op.endswith("-done") or op == "async-done":
+            v = ops[0]
+            return v[1] if isinstance(v, list) and op != "async-done" and len(v) == 2 and \
+                not isinstance(ins.type, list) else v
+        if op.endswith("-start"):
+            op = op[: -len("-start")]
+        # a scalar op on known scalars: evaluate it, no array work
+        shapes = [l.shape for o in ops for l in self.leaves(o)]
+        out_shapes = ins.type if isinstance(ins.type, list) else [ins.type]
+        scalar_only = all(not s.dims for s in shapes) and all(
+            isinstance(s, Shape) and not s.dims for s in out_shapes)
+        if scalar_only and op not in COLLECTIVES:
+            consts = [o.const if isinstance(o, Leaf) else None for o in ops]
+            val = None
+            if all(c is not None for c in consts):
+                val = _scalar_eval(ins, consts)
+            deps = frozenset()
+            for o in ops:
+                deps |= self.all_deps(o)
+            if isinstance(ins.type, list):
+                return self.make_out(ins.type, deps)
+            return self.leaf(ins.type, deps, const=val)
+        return self.add_node(ins, op, ops)
+
+    def add_node(self, ins: Instr, op: str, ops) -> Any:
+        if len(self.nodes) >= self.max_nodes:
+            raise ModelError(f"the program has over {self.max_nodes} operations once its loops "
+                             "are unrolled; too large to model")
+        deps = frozenset()
+        for o in ops:
+            deps |= self.all_deps(o)
+        meta = re.search(r'op_name="([^"]*)"', ins.attrs.get("metadata", ""))
+        label = meta.group(1) if meta else ins.name
+        outs = ins.type if isinstance(ins.type, list) else [ins.type]
+        outs = [s for s in outs if isinstance(s, Shape)]
+        node = Node(len(self.nodes), op, label, outs,
+                    [l for o in ops for l in self.leaves(o)], ins.attrs, deps,
+                    tuple(self.loop_stack))
+        self.nodes.append(node)
+        return self.make_out(ins.type, {node.id})
+
+    def run_while(self, ins: Instr, init):
+        cond = ins.attrs["condition"].lstrip("%")
+        body = ins.attrs["body"].lstrip("%")
+        carry = init
+        self.loop_stack.append(0)
+        it = 0
+        while True:
+            c = self.run(cond, [carry])
+            if not isinstance(c, Leaf) or c.const is None:
+                self.loop_stack.pop()
+                raise DataDependentLoop("a while loop whose trip count depends on array data")
+            if not bool(c.const):
+                break
+            self.loop_stack[-1] = it
+            carry = self.run(body, [carry])
+            it += 1
+        self.loop_stack.pop()
+        return carry
+
+    def run_conditional(self, ins: Instr, ops):
+        pred = ops[0]
+        if "branch_computations" in ins.attrs:
+            branches = re.findall(r"%?([\w.\-]+)", ins.attrs["branch_computations"].strip("{}"))
+        else:
+            branches = [ins.attrs["true_computation"].lstrip("%"),
+                        ins.attrs["false_computation"].lstrip("%")]
+        if not isinstance(pred, Leaf) or pred.const is None:
+            raise ModelError("a conditional whose branch depends on array data")
+        if "branch_computations" in ins.attrs:
+            k = int(pred.const)
+            k = k if 0 <= k < len(branches) else len(branches) - 1
+        else:
+            k = 0 if bool(pred.const) else 1
+        return self.run(branches[k], [ops[1 + k]])
+
+
+def _literal(raw: str, typ):
+    if not isinstance(typ, Shape) or typ.dims:
+        return None
+    s = raw.strip()
+    if s in ("true", "false"):
+        return s == "true"
+    try:
+        if typ.dtype.startswith(("s", "u")):
+            return int(s)
+        if typ.dtype == "pred":
+            return bool(int(s))
+        return float(s)
+    except ValueError:
+        return None
+
+
+def _scalar_eval(ins: Instr, c: list):
+    op = ins.opcode
+    dt = ins.type.dtype if isinstance(ins.type, Shape) else "s32"
+    isint = dt.startswith(("s", "u"))
+    try:
+        if op == "add":
+            v = c[0] + c[1]
+        elif op == "subtract":
+            v = c[0] - c[1]
+        elif op == "multiply":
+            v = c[0] * c[1]
+        elif op == "divide":
+            if isint:
+                if c[1] == 0:
+                    return None
+                q = abs(c[0]) // abs(c[1])
+                v = q if (c[0] >= 0) == (c[1] > 0) else -q
+            else:
+                v = c[0] / c[1]
+        elif op == "remainder":
+            if c[1] == 0:
+                return None
+            v = float(np.fmod(c[0], c[1]))
+            v = int(v) if isint else v
+        elif op == "maximum":
+            v = max(c[0], c[1])
+        elif op == "minimum":
+            v = min(c[0], c[1])
+        elif op == "negate":
+            v = -c[0]
+        elif op == "abs":
+            v = abs(c[0])
+        elif op == "compare":
+            d = ins.attrs.get("direction", "EQ")
+            v = {"EQ": c[0] == c[1], "NE": c[0] != c[1], "LT": c[0] < c[1],
+                 "LE": c[0] <= c[1], "GT": c[0] > c[1], "GE": c[0] >= c[1]}[d]
+        elif op == "select":
+            v = c[1] if c[0] else c[2]
+        elif op == "clamp":
+            v = min(max(c[1], c[0]), c[2])
+        elif op == "and":
+            v = (c[0] and c[1]) if isinstance(c[0], bool) else int(c[0]) & int(c[1])
+        elif op == "or":
+            v = (c[0] or c[1]) if isinstance(c[0], bool) else int(c[0]) | int(c[1])
+        elif op == "xor":
+            v = (c[0] != c[1]) if isinstance(c[0], bool) else int(c[0]) ^ int(c[1])
+        elif op == "not":
+            v = (not c[0]) if isinstance(c[0], bool) else ~int(c[0])
+        elif op == "convert":
+            v = bool(c[0]) if dt == "pred" else (int(c[0]) if isint else float(c[0]))
+        elif op == "shift-left":
+            v = int(c[0]) << int(c[1])
+        elif op == "shift-right-arithmetic":
+            v = int(c[0]) >> int(c[1])
+        elif op == "sign":
+            v = (c[0] > 0) - (c[0] < 0)
+        else:
+            return None
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if dt == "pred":
+        return bool(v)
+    if isint:
+        return int(v)
+    return v
+
+
+def flatten(text: str, device: int = 0, max_nodes: int = 50000) -> tuple[list[Node], Any]:
+    """Parse ``text`` and return (nodes, output value) of the per-device program."""
+    comps, entry = parse_module(text)
+    fl = Flattener(comps, device=device, max_nodes=max_nodes)
+    ent = comps[entry]
+    args = []
+    for i in range(len(ent.params)):
+        pname = ent.params[i]
+        typ = next(x.type for x in ent.instrs if x.name == pname)
+        args.append(fl.make_out(typ, frozenset()))
+    out = fl.run(entry, args)
+    return fl.nodes, out

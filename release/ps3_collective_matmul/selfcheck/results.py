@@ -1,0 +1,141 @@
+"""Result types shared by the checks, the CLI, pytest and the nbgrader cells."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+CHECK_NAMES = ("numerics", "sharding", "structure", "memory", "speed")
+
+
+@dataclass
+class CheckResult:
+    """The verdict of one check: what was expected, what was found, how to look."""
+
+    name: str
+    passed: bool
+    message: str = ""
+    #: not run, because an earlier check could not give it anything to judge (no points)
+    skipped: bool = False
+
+    def __post_init__(self):
+        if self.skipped and self.passed:
+            raise ValueError(f"check {self.name!r} cannot be both skipped and passed")
+
+    def __bool__(self) -> bool:  # lets tests write ``assert check(...)``
+        return self.passed
+
+    @property
+    def mark(self) -> str:
+        """How a report shows the verdict."""
+        return "SKIP" if self.skipped else "PASS" if self.passed else "FAIL"
+
+    def to_dict(self) -> dict:
+        d = {"name": self.name, "passed": bool(self.passed), "message": self.message}
+        if self.skipped:
+            d["skipped"] = True
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "CheckResult":
+        if not isinstance(d, dict) or not {"name", "passed", "message"} <= set(d) <= {
+                "name", "passed", "message", "skipped"}:
+            raise ValueError(f"not a check result: {d!r}"[:200])
+        return cls(str(d["name"]), bool(d["passed"]), str(d["message"]),
+                   skipped=bool(d.get("skipped", False)))
+
+
+def passed(name: str, message: str = "ok") -> CheckResult:
+    return CheckResult(name, True, message)
+
+
+def failed(name: str, message: str) -> CheckResult:
+    return CheckResult(name, False, message)
+
+
+def skipped(name: str, why: str) -> CheckResult:
+    """A check that was not run (no points), and why."""
+    return CheckResult(name, False, f"not checked: {why}", skipped=True)
+
+
+#: how a report marks a verdict reused from an identical program
+REUSED_NOTE = ("  (its programs are identical to ones already graded in this run, on the same "
+               "inputs: that verdict is reused)")
+
+
+@dataclass
+class FunctionResult:
+    name: str
+    max_score: float
+    checks: list[CheckResult] = field(default_factory=list)
+    weights: dict[str, float] = field(default_factory=dict)
+    #: the verdict of an identical program graded earlier in the same run, reused
+    reused: bool = False
+
+    @property
+    def score(self) -> float:
+        """Points earned: nothing unless the numbers are right, then a weighted share."""
+        by_name = {c.name: c for c in self.checks}
+        if not by_name.get("numerics", CheckResult("numerics", False)).passed:
+            return 0.0
+        total = sum(self.weights.get(c.name, 0.0) for c in self.checks)
+        if total <= 0:
+            return self.max_score
+        got = sum(self.weights.get(c.name, 0.0) for c in self.checks if c.passed)
+        return round(self.max_score * got / total, 4)
+
+    def to_dict(self) -> dict:
+        d = {
+            "score": self.score,
+            "max_score": self.max_score,
+            "checks": [c.to_dict() for c in self.checks],
+        }
+        if self.reused:
+            d["reused"] = True
+        return d
+
+    def report(self) -> str:
+        lines = [f"{self.name}: {self.score:g} / {self.max_score:g}"
+                 + (REUSED_NOTE if self.reused else "")]
+        for c in self.checks:
+            msg = c.message.replace("\n", "\n        ")
+            lines.append(f"  [{c.mark}] {c.name}: {msg}")
+        return "\n".join(lines)
+
+
+@dataclass
+class SubmissionResult:
+    functions: dict[str, FunctionResult]
+    assignment: str | None = None
+    notes: list[str] = field(default_factory=list)
+    #: whether the student's code ran in the sandbox (False: --no-isolation)
+    isolated: bool = True
+
+    @property
+    def score(self) -> float:
+        return round(sum(f.score for f in self.functions.values()), 4)
+
+    @property
+    def max_score(self) -> float:
+        return round(sum(f.max_score for f in self.functions.values()), 4)
+
+    def to_dict(self) -> dict:
+        d = {
+            "score": self.score,
+            "max_score": self.max_score,
+            "functions": {n: f.to_dict() for n, f in self.functions.items()},
+        }
+        if self.assignment:
+            d = {"assignment": self.assignment, **d}
+        if self.notes:
+            d["notes"] = list(self.notes)
+        d["isolated"] = self.isolated
+        return d
+
+    def report(self) -> str:
+        head = f"{self.assignment or 'submission'}: {self.score:g} / {self.max_score:g}"
+        parts = [head] + [f"note: {n}" for n in self.notes]
+        parts += [f.report() for f in self.functions.values()]
+        return "\n".join(parts)
+
+
+__all__ = ["CheckResult", "FunctionResult", "SubmissionResult", "passed", "failed", "skipped",
+           "asdict"]

@@ -1,0 +1,217 @@
+"""Modeling a jitted function's per-device program, and the student-vs-baseline comparison.
+
+Both the student's function and the jit baseline are compiled by XLA (on whatever backend is
+present) with a dump of the module right after SPMD partitioning: the per-device program with the
+collectives the student wrote in shard_map or the ones GSPMD inserted, before XLA:CPU's own passes
+merge chunked collectives or make them asynchronous. Both are then costed by the same rules.
+"""
+from __future__ import annotations
+
+import functools
+import glob
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from . import chips as chipmod
+from .cost import Geometry, build_tasks
+from .hlo import DataDependentLoop, ModelError, flatten
+from .schedule import Timeline, schedule
+
+#: the dump that holds the partitioned per-device module (single-device programs have none)
+_PASS_RE = "spmd-partitioning"
+
+
+def _set_persistent_cache(on: bool) -> None:
+    """Turn JAX's persistent compilation cache on or off (it remembers its state otherwise)."""
+    import jax
+
+    jax.config.update("jax_enable_compilation_cache", on)
+    try:
+        from jax._src import compilation_cache
+
+        compilation_cache.reset_cache()
+    except Exception:  # noqa: BLE001 - private API; without it the dump may be skipped
+        pass
+
+
+def compile_partitioned(lowered, compiler_options: Optional[dict] = None):
+    """Compile ``lowered`` and also return the per-device HLO text right after SPMD
+    partitioning: ``(compiled, text)``. The dump costs no second compile."""
+    import jax
+
+    d = tempfile.mkdtemp(prefix="tpumodel-")
+    # A persistent-cache hit skips XLA's passes, and with them the dump: compile afresh.
+    cache_was_on = jax.config.jax_enable_compilation_cache
+    _set_persistent_cache(False)
+    try:
+        compiled = lowered.compile(compiler_options={
+            **(compiler_options or {}), "xla_dump_to": d, "xla_dump_hlo_pass_re": _PASS_RE,
+            "xla_dump_hlo_as_text": True})
+        files = sorted(glob.glob(os.path.join(d, "*after_spmd-partitioning*.txt")))
+        if not files:
+            files = sorted(glob.glob(os.path.join(d, "*before_optimizations.txt")))
+        if not files:
+            raise ModelError("XLA did not dump the partitioned module")
+        # the last module compiled is ours (earlier ones may be helper computations)
+        with open(files[-1], encoding="utf-8") as fh:
+            return compiled, fh.read()
+    finally:
+        _set_persistent_cache(cache_was_on)
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def partitioned_hlo(fn, args, *, static_argnums=(), out_shardings=None) -> str:
+    """The per-device HLO text of ``jax.jit(fn)(*args)`` right after SPMD partitioning."""
+    import jax
+
+    kw = {} if out_shardings is None else {"out_shardings": out_shardings}
+    lowered = jax.jit(fn, static_argnums=static_argnums, **kw).lower(*args)
+    return compile_partitioned(lowered)[1]
+
+
+@dataclass
+class Modeled:
+    timeline: Timeline
+    chip: str
+    mesh_shape: tuple
+    name: str = ""
+
+    @property
+    def time_us(self) -> float:
+        return self.timeline.makespan * 1e6
+
+    def summary(self) -> dict:
+        return {"name": self.name, "chip": self.chip, **self.timeline.summary()}
+
+
+def model_hlo(text: str, mesh_shape=(1,), axis_names=("X",), chip=None, device: int = 0,
+              name: str = "") -> Modeled:
+    chip = chipmod.get_chip(chip)
+    nodes, out = flatten(text, device=device)
+    geo = Geometry(tuple(mesh_shape), tuple(axis_names))
+    tasks = build_tasks(nodes, out, geo, chip, device)
+    return Modeled(schedule(tasks), chip.name, tuple(mesh_shape), name)
+
+
+def _mesh_geometry(mesh):
+    if mesh is None:
+        return (1,), ("X",)
+    return tuple(int(s) for s in mesh.devices.shape), tuple(str(a) for a in mesh.axis_names)
+
+
+def model_function(fn, args, mesh=None, *, chip=None, static_argnums=(), out_shardings=None,
+                   name: str = "") -> Modeled:
+    """Model ``jax.jit(fn)(*args)`` (args placed on ``mesh``) on a TPU generation."""
+    text = partitioned_hlo(fn, args, static_argnums=static_argnums, out_shardings=out_shardings)
+    shape, names = _mesh_geometry(mesh)
+    return model_hlo(text, shape, names, chip=chip, name=name)
+
+
+def _problem(problem):
+    if isinstance(problem, str):  # the registry's entry, or the self-check's public one
+        from ..public import problem as lookup
+
+        return lookup(problem)
+    return problem
+
+
+def compare(problem, fn, mesh, args, *, chip=None, program=False,
+            texts: Optional[tuple[str, str]] = None) -> tuple[Modeled, Modeled]:
+    """(student, baseline) models for a registry problem on placed ``args``.
+
+    ``fn`` is the student's function (called with the mesh and the static values), or, with
+    ``program=True``, an already bound program of the array arguments alone (the grader passes
+    a deserialized ``jax.export`` artifact's ``call``). ``texts``: the two partitioned modules,
+    already dumped (see :func:`compile_partitioned`); ``fn`` and ``args`` are then unused."""
+    from jax.sharding import NamedSharding
+
+    problem = _problem(problem)
+    if problem.baseline is None:
+        raise ModelError(f"{problem.name} has no jit baseline to compare with")
+    bind = (lambda f: functools.partial(f, mesh=mesh)) if problem.uses_mesh else (lambda f: f)
+    geo_mesh = mesh if problem.uses_mesh else None
+    if texts is not None:
+        shape, names = _mesh_geometry(geo_mesh)
+        return (model_hlo(texts[0], shape, names, chip=chip, name="student"),
+                model_hlo(texts[1], shape, names, chip=chip, name="jit baseline"))
+    dynamic = [a for a, s in zip(args, problem.in_specs, strict=True) if s is not None]
+    static = {i: a for i, (a, s) in enumerate(zip(args, problem.in_specs, strict=True))
+              if s is None}
+    if program:
+        student = fn
+    else:
+        def student(*dyn):  # the student's function of the array arguments alone
+            it = iter(dyn)
+            return bind(fn)(*[static[i] if i in static else next(it)
+                              for i in range(len(args))])
+    try:
+        st = model_function(student, dynamic, geo_mesh, chip=chip, name="student")
+    except DataDependentLoop:
+        # its loops run as often as the data says: count them on these arrays, then model
+        # the same program with those counts fixed (see .loops)
+        import jax
+
+        from .loops import pinned, trip_counts
+
+        exported = jax.export.export(jax.jit(student))(*dynamic)
+        fixed = pinned(exported, trip_counts(exported, dynamic))
+        st = model_function(fixed.call, dynamic, geo_mesh, chip=chip, name="student")
+    outs = NamedSharding(mesh, problem.out_spec) if problem.uses_mesh else None
+    base = model_function(bind(problem.baseline), args, geo_mesh, chip=chip,
+                          static_argnums=problem.static_argnums, out_shardings=outs,
+                          name="jit baseline")
+    return st, base
+
+
+def modeled_threshold(problem) -> float:
+    return problem.threshold("tpu_model")
+
+
+def grading_modeler(problem, fn, mesh, args, *, chip=None, program=False,
+                    texts: Optional[tuple[str, str]] = None,
+                    pinned: Optional[Callable[[], tuple[str, tuple[int, ...]]]] = None) -> dict:
+    """The ``modeler`` hook of :func:`autograder.grading.grade_function`.
+
+    Returns ``{'chip', 'student_us', 'baseline_us', 'ratio', 'threshold', ...}``, or
+    ``{'note': ...}`` when the program cannot be modeled (the check then uses wall-clock).
+    ``pinned()``: for a program whose loops run as often as its data says, the partitioned
+    module of the same program with each loop's trip count fixed to what a run on the
+    grading input counted, and those counts (see :mod:`autograder.tpumodel.loops`)."""
+    trips = None
+    try:
+        try:
+            st, base = compare(problem, fn, mesh, args, chip=chip, program=program, texts=texts)
+        except DataDependentLoop:
+            if pinned is None or texts is None:
+                raise
+            text, trips = pinned()
+            st, base = compare(problem, fn, mesh, args, chip=chip, program=program,
+                               texts=(text, texts[1]))
+    except ModelError as e:
+        return {"note": f"the TPU model could not handle this program ({e}); judged on "
+                        "wall-clock instead"}
+    except Exception as e:  # noqa: BLE001 - the model must never break grading
+        return {"note": f"the TPU model failed ({type(e).__name__}: {str(e)[:200]}); judged on "
+                        "wall-clock instead"}
+    s, b = st.time_us, base.time_us
+    out = {"chip": st.chip, "student_us": s, "baseline_us": b,
+           "ratio": s / max(b, 1e-9), "threshold": modeled_threshold(_problem(problem)),
+           "student": st.summary(), "baseline": base.summary()}
+    if trips is not None:
+        out["trips"] = list(trips)
+    return out
+
+
+def default_modeler():
+    """The modeler grading uses by default: the TPU model unless a real TPU is present."""
+    try:
+        from ..devices import platform
+
+        if platform() == "tpu":
+            return None
+    except Exception:  # noqa: BLE001
+        pass
+    return grading_modeler

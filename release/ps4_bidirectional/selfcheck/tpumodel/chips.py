@@ -1,0 +1,81 @@
+"""Public per-chip figures for the TPU generations the model knows.
+
+Sources (public):
+  * Google Cloud TPU system-architecture pages (cloud.google.com/tpu/docs/v4, /v5e, /v5p, /v6e):
+    peak bf16 and int8 FLOP/s per chip, HBM bandwidth per chip.
+  * "How To Scale Your Model", part 2 (How to think about TPUs), table of ICI bandwidth per link:
+    one-way 4.5e10 B/s on v4 and v5e, 9e10 B/s on v5p and v6e (twice that bidirectionally).
+
+float32 matmuls have no published MXU rate: the MXU multiplies bf16, and a full-precision f32
+product takes six bf16 passes (``precision=HIGHEST``), so f32 peak = bf16 peak / 6.
+
+Two figures are calibrated rather than read off a data sheet (see ``benchmarks/calibrate_tpumodel.py``):
+  * ``MXU_EFFICIENCY``: the fraction of peak a well-shaped matmul reaches. The published v5e
+    example (f32 [512, 2048] @ [2048, 2048] per chip in 224 us, about 19 TFLOP/s) gives 0.58.
+  * XLA's own monolithic collectives (all-gather, reduce-scatter, all-reduce) are modeled as a
+    ring that streams over one link direction: the published profile's 3 MiB all-gather over 4
+    v5e chips takes ~87 us, about 3 MiB / 45 GB/s plus latency.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: achieved fraction of the MXU peak on a large matmul (calibrated on the published v5e figures)
+MXU_EFFICIENCY = 0.58
+#: fixed cost of launching one fused kernel on the TensorCore, seconds
+KERNEL_OVERHEAD_S = 0.5e-6
+#: fixed cost of one ring step / one point-to-point transfer over ICI, seconds
+ICI_LATENCY_S = 1.0e-6
+#: link directions XLA's monolithic collectives stream over (calibrated, see module docstring)
+XLA_COLLECTIVE_DIRECTIONS = 1
+
+
+@dataclass(frozen=True)
+class Chip:
+    name: str
+    bf16_flops: float  # peak dense bf16 FLOP/s per chip
+    int8_flops: float  # peak int8 OP/s per chip
+    hbm_bw: float  # bytes/s per chip
+    ici_bw: float  # bytes/s per link, one direction
+    source: str
+
+    @property
+    def f32_flops(self) -> float:
+        return self.bf16_flops / 6.0
+
+    def matmul_flops(self, dtype: str) -> float:
+        """Achievable matmul FLOP/s for operands of this HLO element type."""
+        if dtype in ("bf16", "f16"):
+            peak = self.bf16_flops
+        elif dtype in ("s8", "u8", "s4", "u4") or dtype.startswith("f8"):
+            peak = self.int8_flops
+        else:  # f32, s32, f64 ...: multi-pass on the bf16 MXU
+            peak = self.f32_flops
+        return peak * MXU_EFFICIENCY
+
+
+CHIPS: dict[str, Chip] = {
+    "v4": Chip("v4", bf16_flops=2.75e14, int8_flops=2.75e14, hbm_bw=1.2e12, ici_bw=4.5e10,
+               source="cloud.google.com/tpu/docs/v4: 275 TFLOP/s bf16, 1200 GB/s HBM; "
+                      "scaling book part 2: 4.5e10 B/s per link one-way"),
+    "v5e": Chip("v5e", bf16_flops=1.97e14, int8_flops=3.94e14, hbm_bw=8.19e11, ici_bw=4.5e10,
+                source="cloud.google.com/tpu/docs/v5e: 197 TFLOP/s bf16, 394 TOP/s int8, "
+                       "819 GB/s HBM; scaling book part 2: 4.5e10 B/s per link one-way"),
+    "v5p": Chip("v5p", bf16_flops=4.59e14, int8_flops=9.18e14, hbm_bw=2.765e12, ici_bw=9e10,
+                source="cloud.google.com/tpu/docs/v5p: 459 TFLOP/s bf16, 918 TOP/s int8, "
+                       "2765 GB/s HBM; scaling book part 2: 9e10 B/s per link one-way"),
+    "v6e": Chip("v6e", bf16_flops=9.18e14, int8_flops=1.836e15, hbm_bw=1.64e12, ici_bw=9e10,
+                source="cloud.google.com/tpu/docs/v6e: 918 TFLOP/s bf16, 1836 TOP/s int8, "
+                       "1640 GB/s HBM; scaling book part 2: 9e10 B/s per link one-way"),
+}
+
+DEFAULT_CHIP = "v5e"
+
+
+def get_chip(name: str | Chip | None) -> Chip:
+    if isinstance(name, Chip):
+        return name
+    key = (name or DEFAULT_CHIP).lower().replace("tpu", "").strip(" -_")
+    if key not in CHIPS:
+        raise KeyError(f"unknown TPU generation {name!r}; known: {sorted(CHIPS)}")
+    return CHIPS[key]

@@ -1,0 +1,399 @@
+"""Cost rules: from the flattened per-device program to timed tasks.
+
+Compute. Array operations are grouped into kernels the way XLA's TPU fusion would (elementwise
+chains fuse together; an elementwise consumer fuses into the one matmul feeding it; slices,
+converts and transposes feeding a matmul fuse into it), except that a matmul never takes in a
+consumer that reads a transfer the matmul itself does not wait for: a kernel starts when all its
+inputs are there, so such a fusion would hold the matmul back until the data arrives (in a
+reduce-scatter ring, ``ppermute(acc) + t @ w[block]`` keeps the dot free to run while ``acc``
+travels; the add is a small kernel of its own). Then each kernel is timed by the roofline:
+``max(matmul FLOPs / MXU rate, HBM bytes / HBM bandwidth) + launch overhead``, where HBM bytes are
+what enters the kernel from outside plus what leaves it.
+
+Communication. Each mesh axis is a ring with a link per direction ("+" towards higher index,
+"-" towards lower). A ``collective-permute`` routes every source->target pair the short way around
+(dimension by dimension) and takes ``max link load / link bandwidth + latency``; it holds the
+link directions it loads. XLA's monolithic collectives run the ring algorithm: an all-gather or
+reduce-scatter over n devices is n-1 steps of one shard each, an all-reduce is both, an
+all-to-all routes its n-1 chunks like a permute. An all-reduce of which each device only slices
+out at most 1/n (GSPMD's way of writing a reduce-scatter, e.g. a matmul whose contracting dimension
+is sharded and whose output is sharded) is costed as the reduce-scatter that XLA's later passes
+(``ReduceScatterCreator``) make of it.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from . import chips as chipmod
+from .hlo import COLLECTIVES, ModelError, Node, device_groups, source_target_pairs
+
+HEAVY = {"dot", "convolution"}
+#: array ops with a plain memory-bound cost that fuse with their neighbours
+FUSIBLE = {
+    "add", "subtract", "multiply", "divide", "maximum", "minimum", "power", "remainder",
+    "and", "or", "xor", "not", "negate", "abs", "sign", "exponential", "exponential-minus-one",
+    "log", "log-plus-one", "logistic", "tanh", "sqrt", "rsqrt", "cbrt", "sine", "cosine", "tan",
+    "atan2", "floor", "ceil", "round-nearest-afz", "round-nearest-even", "is-finite", "compare",
+    "select", "clamp", "convert", "bitcast-convert", "reduce-precision", "broadcast", "iota",
+    "transpose", "slice", "dynamic-slice", "concatenate", "pad", "reverse",
+    "dynamic-update-slice", "reduce", "map", "shift-left", "shift-right-logical",
+    "shift-right-arithmetic", "popcnt", "count-leading-zeros", "real", "imag", "complex",
+    "erf", "stochastic-convert", "constant", "rng-bit-generator", "rng", "clz",
+}
+#: array ops costed by their bytes but kept as kernels of their own
+STANDALONE = {"gather", "scatter", "sort", "reduce-window", "select-and-scatter", "cholesky",
+              "triangular-solve", "fft", "top-k", "batch-norm-training", "batch-norm-inference",
+              "batch-norm-grad", "get-dimension-size", "set-dimension-size"}
+#: ops whose read of an operand is only as large as their output
+SLICING = {"slice", "dynamic-slice", "gather"}
+
+
+@dataclass
+class Task:
+    id: int
+    kind: str  # 'compute' or 'comm'
+    label: str
+    duration: float  # seconds
+    resources: tuple  # ('compute',) or (('Y', '+'), ...)
+    deps: set = field(default_factory=set)
+    nodes: list = field(default_factory=list)
+    detail: str = ""
+    flops: float = 0.0
+    bytes: float = 0.0
+    comm_bytes: float = 0.0
+
+
+# ------------------------------------------------------------------------------ mesh geometry
+class Geometry:
+    """Device ids (partition ids, row-major over the mesh) and ring routing on each axis."""
+
+    def __init__(self, mesh_shape: tuple[int, ...], axis_names: tuple[str, ...]):
+        self.shape = tuple(int(s) for s in mesh_shape)
+        self.names = tuple(axis_names)
+        self.n = int(np.prod(self.shape)) if self.shape else 1
+
+    def coords(self, dev: int) -> tuple[int, ...]:
+        return tuple(int(c) for c in np.unravel_index(dev, self.shape))
+
+    def group_axes(self, group: list[int]) -> list[int]:
+        cs = np.array([self.coords(d) for d in group])
+        return [a for a in range(len(self.shape)) if len(set(cs[:, a])) > 1]
+
+    def route(self, src: int, dst: int):
+        """Directed links (axis, dir, line, position) a message src->dst crosses."""
+        a, b = list(self.coords(src)), list(self.coords(dst))
+        links = []
+        cur = list(a)
+        for ax in range(len(self.shape)):
+            n = self.shape[ax]
+            d = (b[ax] - cur[ax]) % n
+            if d == 0:
+                continue
+            if d <= n - d:
+                step, hops, dirn = 1, d, "+"
+            else:
+                step, hops, dirn = -1, n - d, "-"
+            line = tuple(cur[:ax] + cur[ax + 1:])
+            for _ in range(hops):
+                links.append((ax, dirn, line, cur[ax]))
+                cur[ax] = (cur[ax] + step) % n
+        return links
+
+    def lane(self, ax: int, dirn: str) -> tuple[str, str]:
+        return (self.names[ax], dirn)
+
+
+def _pair_loads(geo: Geometry, pairs, nbytes: float):
+    loads: dict = {}
+    for s, d in pairs:
+        if s == d:
+            continue
+        for link in geo.route(s, d):
+            loads[link] = loads.get(link, 0.0) + nbytes
+    lanes: dict = {}
+    for (ax, dirn, _line, _pos), v in loads.items():
+        key = geo.lane(ax, dirn)
+        lanes[key] = max(lanes.get(key, 0.0), v)
+    return lanes
+
+
+def collective_cost(node: Node, geo: Geometry, chip: chipmod.Chip, device: int = 0,
+                    used_bytes: Optional[float] = None):
+    """(seconds, lanes, bytes on the busiest link, description) for one collective.
+    ``used_bytes``: the most that any use of its result reads (None: all of it)."""
+    op = node.opcode
+    W = chip.ici_bw
+    alpha = chipmod.ICI_LATENCY_S
+    in_bytes = float(sum(l.shape.nbytes for l in node.inputs))
+    out_bytes = float(node.out_bytes)
+    if op == "collective-permute":
+        pairs = source_target_pairs(node.attrs)
+        lanes = _pair_loads(geo, pairs, in_bytes)
+        if not lanes:
+            return 0.0, (), 0.0, "local copy"
+        worst = max(lanes.values())
+        dirs = ",".join(f"{a}{d}" for a, d in sorted(lanes))
+        return worst / W + alpha, tuple(sorted(lanes)), worst, f"permute over {dirs}"
+    groups = device_groups(node.attrs, geo.n, geo.shape)
+    group = next((g for g in groups if device in g), groups[0])
+    n = len(group)
+    if n <= 1:
+        return 0.0, (), 0.0, "group of one"
+    axes = geo.group_axes(group) or [0]
+    k = len(axes)
+    names = "".join(geo.names[a] for a in axes)
+    dirs = ("+", "-")[: chipmod.XLA_COLLECTIVE_DIRECTIONS]
+    bw = W * k * len(dirs)
+    lanes = tuple(geo.lane(a, d) for a in axes for d in dirs)
+    if op in ("all-gather", "collective-broadcast"):
+        shard = in_bytes
+        t = (n - 1) * (shard / bw + alpha)
+        return t, lanes, (n - 1) * shard / (k * len(dirs)), f"all-gather over {names} (n={n})"
+    if op == "reduce-scatter":
+        shard = out_bytes
+        t = (n - 1) * (shard / bw + alpha)
+        return t, lanes, (n - 1) * shard / (k * len(dirs)), f"reduce-scatter over {names} (n={n})"
+    if op == "all-reduce" and used_bytes is not None and used_bytes * n <= in_bytes:
+        shard = in_bytes / n
+        t = (n - 1) * (shard / bw + alpha)
+        return t, lanes, (n - 1) * shard / (k * len(dirs)), \
+            f"all-reduce over {names} (n={n}), each device slicing 1/{n}: a reduce-scatter"
+    if op == "all-reduce":
+        shard = in_bytes / n
+        t = 2 * (n - 1) * (shard / bw + alpha)
+        return t, lanes, 2 * (n - 1) * shard / (k * len(dirs)), f"all-reduce over {names} (n={n})"
+    if op in ("all-to-all", "ragged-all-to-all"):
+        chunk = in_bytes / n
+        pairs = [(s, d) for s in group for d in group if s != d]
+        # every group of the mesh moves at once: load all of them
+        allpairs = [(s, d) for g in groups for s in g for d in g if s != d]
+        lanes_l = _pair_loads(geo, allpairs or pairs, chunk)
+        worst = max(lanes_l.values()) if lanes_l else 0.0
+        return worst / W + alpha * (n // 2), tuple(sorted(lanes_l)), worst, \
+            f"all-to-all over {names} (n={n})"
+    raise ModelError(f"no cost rule for the collective {op!r}")
+
+
+# -------------------------------------------------------------------------------- fusion
+def _consumers(nodes: list[Node]):
+    cons: dict[int, set] = {n.id: set() for n in nodes}
+    for n in nodes:
+        for d in n.deps:
+            cons[d].add(n.id)
+    return cons
+
+
+def transfers(nodes: list[Node]) -> tuple[list[int], list[int]]:
+    """Per node, two sets of collectives as bit masks (bit i: the i-th collective of ``nodes``):
+    ``waits``, every transfer the node depends on, however far back; ``reads``, the transfers
+    whose data reach it through elementwise ops alone (the output of a matmul or of any other
+    kernel of its own counts as computed data, not as a transfer)."""
+    waits: list[int] = []
+    reads: list[int] = []
+    bit: dict[int, int] = {}
+    for n in nodes:
+        w = r = 0
+        for d in n.deps:
+            w |= waits[d]
+            r |= reads[d]
+        if n.opcode in COLLECTIVES:
+            bit[n.id] = 1 << len(bit)
+            w |= bit[n.id]
+            r = bit[n.id]
+        elif n.opcode in HEAVY or n.opcode in STANDALONE:
+            r = 0
+        waits.append(w)
+        reads.append(r)
+    return waits, reads
+
+
+def fuse(nodes: list[Node], live_out: frozenset) -> list[list[int]]:
+    """Group compute nodes into kernels; collectives stay alone. Returns member lists in order.
+
+    An elementwise node joins the kernel of a matmul feeding it only if every transfer it reads
+    (see :func:`transfers`) is one that kernel already waits for."""
+    cons = _consumers(nodes)
+    waits, reads = transfers(nodes)
+    kernel_of: dict[int, int] = {}
+    members: dict[int, list[int]] = {}
+    heavy: dict[int, bool] = {}
+    created: dict[int, int] = {}
+    kernel_waits: dict[int, int] = {}
+    counter = 0
+
+    def closed_to(kid: int, c: int) -> bool:
+        ms = set(members[kid])
+        for m in ms:
+            if m in live_out:
+                return False
+            if not cons[m] <= (ms | {c}):
+                return False
+        return True
+
+    for n in nodes:
+        counter += 1
+        kid = n.id
+        if n.opcode in COLLECTIVES:
+            kernel_of[n.id], members[kid], heavy[kid], created[kid] = kid, [n.id], False, counter
+            kernel_waits[kid] = waits[n.id]
+            continue
+        is_heavy = n.opcode in HEAVY
+        cands = []
+        if n.opcode not in STANDALONE:
+            for d in sorted(n.deps):
+                k = kernel_of[d]
+                if k in cands or nodes[members[k][0]].opcode in COLLECTIVES:
+                    continue
+                if nodes[members[k][0]].opcode in STANDALONE:
+                    continue
+                if closed_to(k, n.id):
+                    cands.append(k)
+        light = [k for k in cands if not heavy[k]]
+        own_reads = 0
+        for d in n.deps:
+            own_reads |= reads[d]
+        heavies = [k for k in cands if heavy[k] and own_reads & ~kernel_waits[k] == 0]
+        chosen = list(light)
+        if not is_heavy and heavies:
+            chosen.append(max(heavies, key=lambda k: created[k]))
+        members[kid] = [n.id]
+        heavy[kid] = is_heavy or any(heavy[k] for k in chosen)
+        created[kid] = counter
+        kernel_waits[kid] = waits[n.id]
+        for k in chosen:
+            members[kid] = members.pop(k) + members[kid]
+            heavy.pop(k)
+            kernel_waits[kid] |= kernel_waits.pop(k)
+        for m in members[kid]:
+            kernel_of[m] = kid
+    return [sorted(ms) for _, ms in sorted(members.items(), key=lambda kv: min(kv[1]))]
+
+
+def _dot_flops(n: Node) -> float:
+    out = n.out[0]
+    lhs = n.inputs[0].shape
+    if n.opcode == "dot":
+        cd = n.attrs.get("lhs_contracting_dims", "{}").strip("{}")
+        k = 1
+        for d in (int(v) for v in cd.split(",") if v.strip()):
+            k *= lhs.dims[d]
+        return 2.0 * out.size * k
+    # convolution: 2 * out * (kernel elements / output features)
+    rhs = n.inputs[1].shape
+    m = re.search(r"->\w*?(f)", n.attrs.get("dim_labels", ""))
+    feat = max(rhs.dims) if rhs.dims else 1
+    if m:
+        dl = n.attrs["dim_labels"].split("_")[1].split("->")[0]
+        feat = rhs.dims[dl.index("o")] if "o" in dl else feat
+    return 2.0 * out.size * rhs.size / max(feat, 1)
+
+
+#: words of the jaxpr collectives a student writes (their names survive into HLO metadata)
+_COLLECTIVE_WORDS = ("ppermute", "psum", "all_gather", "all_to_all", "scatter", "pmax", "pmin")
+
+
+def _short_label(label: str) -> str:
+    parts = [p for p in label.split("/") if p]
+    keep = [p for p in parts if not p.startswith(("jit(", "while", "body", "closed_call",
+                                                  "shard_map", "checkpoint", "remat"))]
+    return (keep[-1] if keep else (parts[-1] if parts else label))[:40]
+
+
+def _sliced_bytes(node: Node, nodes: list[Node], cons: dict, live_out: frozenset):
+    """The most that any use of ``node``'s result reads, when every use is a slice of it;
+    None when the result leaves the program or some use reads all of it."""
+    if node.id in live_out or not cons[node.id] or len(node.out) != 1:
+        return None
+    sizes = []
+    for c in cons[node.id]:
+        use = nodes[c]
+        if use.opcode not in ("slice", "dynamic-slice") or use.inputs[0].deps != {node.id}:
+            return None
+        sizes.append(float(use.out_bytes))
+    return max(sizes)
+
+
+def build_tasks(nodes: list[Node], out_value, geo: Geometry, chip: chipmod.Chip,
+                device: int = 0) -> list[Task]:
+    from .hlo import Leaf
+
+    def leaves(v):
+        return [l for x in v for l in leaves(x)] if isinstance(v, list) else [v]
+
+    live_out = frozenset().union(*[l.deps for l in leaves(out_value)]) if out_value is not None \
+        else frozenset()
+    kernels = fuse(nodes, live_out)
+    task_of: dict[int, int] = {}
+    tasks: list[Task] = []
+    cons = _consumers(nodes)
+    for ms in kernels:
+        tid = len(tasks)
+        first = nodes[ms[0]]
+        deps = set()
+        for m in ms:
+            task_of[m] = tid
+        for m in ms:
+            for d in nodes[m].deps:
+                if d not in ms:
+                    deps.add(d)  # node ids for now
+        iters = first.loop_iter
+        suffix = f" [{','.join(map(str, iters))}]" if iters else ""
+        if first.opcode in COLLECTIVES:
+            t, lanes, cb, desc = collective_cost(first, geo, chip, device,
+                                                 _sliced_bytes(first, nodes, cons, live_out))
+            shape = first.inputs[0].shape if first.inputs else first.out[0]
+            lab = _short_label(first.label)
+            if not any(k in lab for k in _COLLECTIVE_WORDS):
+                lab = first.opcode  # inserted by GSPMD: its metadata names the op it serves
+            tasks.append(Task(tid, "comm", lab + suffix, t, lanes, deps,
+                              list(ms), f"{desc}, {shape}", comm_bytes=cb))
+            continue
+        mset = set(ms)
+        flops_by_dtype: dict[str, float] = {}
+        read: dict = {}
+        written = 0.0
+        for m in ms:
+            n = nodes[m]
+            if n.opcode in HEAVY:
+                dt = n.inputs[0].shape.dtype
+                flops_by_dtype[dt] = flops_by_dtype.get(dt, 0.0) + _dot_flops(n)
+            for i, l in enumerate(n.inputs):
+                if l.deps and l.deps <= mset:
+                    continue  # produced inside the kernel
+                if not l.shape.dims:
+                    continue
+                if n.opcode in SLICING and i == 0:
+                    read[(l.vid, m)] = float(n.out_bytes)
+                elif n.opcode == "dynamic-update-slice" and i == 0:
+                    continue  # updated in place
+                else:
+                    read[(l.vid, None)] = max(read.get((l.vid, None), 0.0),
+                                              float(l.shape.nbytes))
+            outside = (m in live_out) or any(c not in mset for c in cons[m])
+            if outside:
+                if n.opcode == "dynamic-update-slice" and len(n.inputs) > 1:
+                    written += float(n.inputs[1].shape.nbytes)
+                else:
+                    written += float(n.out_bytes)
+        nbytes = sum(read.values()) + written
+        t_mxu = sum(f / chip.matmul_flops(dt) for dt, f in flops_by_dtype.items())
+        t_mem = nbytes / chip.hbm_bw
+        dur = max(t_mxu, t_mem) + chipmod.KERNEL_OVERHEAD_S
+        main = next((nodes[m] for m in ms if nodes[m].opcode in HEAVY), None)
+        if main is None:
+            main = max((nodes[m] for m in ms), key=lambda x: x.out_bytes)
+        lab = _short_label(main.label) + suffix
+        kind = "mxu" if flops_by_dtype else "mem"
+        desc = (f"{len(ms)} op(s), {sum(flops_by_dtype.values()) / 1e9:.2f} GFLOP, "
+                f"{nbytes / 2**20:.2f} MiB, {'compute' if t_mxu >= t_mem else 'memory'}-bound")
+        tasks.append(Task(tid, "compute", lab, dur, ("compute",), deps, list(ms), desc,
+                          flops=sum(flops_by_dtype.values()), bytes=nbytes))
+        tasks[-1].detail = desc
+        tasks[-1].unit = kind  # type: ignore[attr-defined]
+    for t in tasks:
+        t.deps = {task_of[d] for d in t.deps} - {t.id}
+    return tasks

@@ -1,0 +1,367 @@
+"""Trip counts of loops whose bound depends on the data, taken by running the program.
+
+The model unrolls a ``while`` loop only when its condition can be evaluated without array data
+(a ``fori_loop``, a ring over an axis size). An all-to-all MoE exchanges tokens in rounds until
+the busiest destination is served, so its loop runs as many times as the routing requires.
+
+For such a program the trusted grader learns the counts from the program itself, on the grading
+input, and never from anything the submission says:
+
+1. :func:`counting` rewrites the student's StableHLO so that every ``stablehlo.while`` carries
+   one more value, its iteration counter, and hands the final count (and a 1 for each time the
+   loop is entered) out of every enclosing region (function calls, outer loops, branches,
+   ``shard_map`` bodies) as extra results of ``@main``. :func:`trip_counts` runs that program on
+   the speed case's arrays and reads them: per loop, its iterations per entry (the mean over
+   entries, the busiest device).
+2. :func:`pinned` rewrites the original program once more so that each loop stops after exactly
+   that many iterations (a counter compared with a constant). The pinned program does the same
+   work per iteration, and its trip counts are constants the model can read; XLA compiles it
+   and the model costs it like any other program.
+
+Only ``stablehlo`` and ``sdy`` structure that JAX emits is handled; anything else raises
+:class:`LoopCountError` (the speed check then says so and falls back to wall-clock).
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .hlo import ModelError
+
+try:
+    from jax._src.interpreters import mlir
+    from jax._src.lib.mlir import ir
+    from jax._src.lib.mlir.dialects import hlo
+    _BINDINGS_ERROR: Exception | None = None
+except Exception as e:  # noqa: BLE001  # reported when used, never silently
+    _BINDINGS_ERROR = e
+
+#: the discardable attribute that numbers the loops of a module while it is rewritten
+MARK = "autograder.loop"
+
+
+class LoopCountError(ModelError):
+    """The program's loops could not be counted or pinned (the message says why)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Tag:
+    """What one extra result of a counting program holds: loop ``loop``'s iterations summed
+    over its entries (``kind='trips'``), or how many times it was entered (``'entries'``)."""
+
+    loop: int
+    kind: str
+
+
+# -- small MLIR helpers ------------------------------------------------------------------------
+
+def _i32():
+    return ir.RankedTensorType.get([], ir.IntegerType.get_signless(32))
+
+
+def _const(value: int, typ, ip):
+    attr = ir.DenseElementsAttr.get_splat(typ, ir.IntegerAttr.get(typ.element_type, value))
+    return hlo.ConstantOp(attr, ip=ip).result
+
+
+def _whiles(root) -> list:
+    found = []
+
+    def visit(op):
+        if op.name == "stablehlo.while":
+            found.append(op.operation)
+        return ir.WalkResult.ADVANCE
+
+    root.operation.walk(visit, ir.WalkOrder.PRE_ORDER)
+    return found
+
+
+def _marked(root, i: int):
+    for op in _whiles(root):
+        if MARK in op.attributes and ir.IntegerAttr(op.attributes[MARK]).value == i:
+            return op
+    raise LoopCountError(f"loop {i} was lost while rewriting the program")
+
+
+def _attributes(op) -> dict:
+    named = (op.attributes[i] for i in range(len(op.attributes)))
+    return {a.name: a.attr for a in named}
+
+
+def _replace(op, extra_operands: Sequence = (), extra_types: Sequence = ()):
+    """A copy of ``op`` with more operands and results, taking over its regions and uses."""
+    attrs = _attributes(op)
+    op = op.operation
+    new = ir.Operation.create(op.name, results=[r.type for r in op.results] + list(extra_types),
+                              operands=list(op.operands) + list(extra_operands),
+                              attributes=attrs, regions=len(op.regions), loc=op.location,
+                              ip=ir.InsertionPoint(op))
+    for i, region in enumerate(op.regions):
+        for block in list(region.blocks):
+            block.append_to(new.regions[i])
+    for old, now in zip(op.results, new.results):
+        old.replace_all_uses_with(now)
+    op.erase()
+    return new
+
+
+def _set_terminator(block, operands: list) -> None:
+    """Replace ``block``'s terminator by one of the same kind returning ``operands``."""
+    term = block.operations[len(block.operations) - 1]
+    attrs = _attributes(term)
+    ir.Operation.create(term.name, results=[], operands=operands, attributes=attrs,
+                        loc=term.location, ip=ir.InsertionPoint(term))
+    term.erase()
+
+
+def _terminator(block):
+    return block.operations[len(block.operations) - 1]
+
+
+def _add_counter(op):
+    """``op`` (a while) with one more carried value, its iteration counter from 0; returns
+    (new op, the counter's block argument in the condition)."""
+    i32 = _i32()
+    zero = _const(0, i32, ir.InsertionPoint(op))
+    new = _replace(op, [zero], [i32])
+    cond, body = new.regions[0].blocks[0], new.regions[1].blocks[0]
+    c_arg = cond.add_argument(i32, new.location)
+    b_arg = body.add_argument(i32, new.location)
+    ip = ir.InsertionPoint(_terminator(body))
+    step = hlo.AddOp(b_arg, _const(1, i32, ip), ip=ip).result
+    _set_terminator(body, list(_terminator(body).operands) + [step])
+    return new, c_arg
+
+
+def _mark_loops(module) -> int:
+    loops = _whiles(module)
+    for i, op in enumerate(loops):
+        op = op.operation
+        op.attributes[MARK] = ir.IntegerAttr.get(ir.IntegerType.get_signless(32), i)
+    return len(loops)
+
+
+def _unmark(module) -> None:
+    for op in _whiles(module):
+        if MARK in op.operation.attributes:
+            del op.operation.attributes[MARK]
+
+
+# -- escaping a value to @main -----------------------------------------------------------------
+
+class _Escaper:
+    """Carries scalar counts out of nested regions to new results of ``@main``."""
+
+    def __init__(self, module):
+        self.module = module
+        self.tags: list[Tag] = []
+        self.meshes = {}
+        for op in module.body.operations:
+            op = op.operation
+            if op.name == "sdy.mesh":
+                name = str(ir.StringAttr(op.attributes["sym_name"]).value)
+                self.meshes[name] = [(a, int(n)) for a, n in
+                                     re.findall(r'"([^"]+)"\s*=\s*(\d+)', str(op.attributes["mesh"]))]
+
+    def escape(self, value, tag: Tag) -> None:
+        owner = value.owner
+        block = owner if isinstance(owner, ir.Block) else owner.operation.block
+        parent = block.owner.operation
+        name = parent.name
+        if name == "func.func":
+            self._out_of_func(parent, block, value, tag)
+        elif name == "stablehlo.while":
+            self._out_of_while(parent, block, value, tag)
+        elif name in ("stablehlo.case", "stablehlo.if"):
+            self._out_of_branches(parent, block, value, tag)
+        elif name == "sdy.manual_computation":
+            self._out_of_shard_map(parent, value, tag)
+        else:
+            raise LoopCountError(f"a loop inside {name} cannot be counted")
+
+    def _out_of_func(self, fn, block, value, tag):
+        _set_terminator(block, list(_terminator(block).operands) + [value])
+        ftype = ir.FunctionType(ir.TypeAttr(fn.attributes["function_type"]).value)
+        fn.attributes["function_type"] = ir.TypeAttr.get(
+            ir.FunctionType.get(list(ftype.inputs), list(ftype.results) + [value.type]))
+        if "res_attrs" in fn.attributes:
+            old = ir.ArrayAttr(fn.attributes["res_attrs"])
+            fn.attributes["res_attrs"] = ir.ArrayAttr.get(
+                [old[i] for i in range(len(old))] + [ir.DictAttr.get({})])
+        sym = str(ir.StringAttr(fn.attributes["sym_name"]).value)
+        if sym == "main":
+            self.tags.append(tag)
+            return
+        calls = []
+
+        def visit(op):
+            op = op.operation
+            if op.name == "func.call" and \
+                    str(ir.FlatSymbolRefAttr(op.attributes["callee"]).value) == sym:
+                calls.append(op)
+            return ir.WalkResult.ADVANCE
+
+        self.module.operation.walk(visit)
+        for call in calls:
+            new = _replace(call, [], [value.type])
+            self.escape(new.results[len(new.results) - 1], tag)
+
+    def _out_of_while(self, op, block, value, tag):
+        if block == op.regions[0].blocks[0]:
+            raise LoopCountError("a loop inside a loop's condition cannot be counted")
+        typ = value.type
+        zero = _const(0, typ, ir.InsertionPoint(op))
+        new = _replace(op, [zero], [typ])
+        cond, body = new.regions[0].blocks[0], new.regions[1].blocks[0]
+        cond.add_argument(typ, new.location)
+        acc = body.add_argument(typ, new.location)
+        ip = ir.InsertionPoint(_terminator(body))
+        total = hlo.AddOp(acc, value, ip=ip).result
+        _set_terminator(body, list(_terminator(body).operands) + [total])
+        self.escape(new.results[len(new.results) - 1], tag)
+
+    def _out_of_branches(self, op, block, value, tag):
+        typ = value.type
+        new = _replace(op, [], [typ])
+        for region in new.regions:
+            b = region.blocks[0]
+            v = value if b == block else _const(0, typ, ir.InsertionPoint(_terminator(b)))
+            _set_terminator(b, list(_terminator(b).operands) + [v])
+        self.escape(new.results[len(new.results) - 1], tag)
+
+    def _out_of_shard_map(self, op, value, tag):
+        """Inside, the count is this device's; outside, one entry per device along the manual
+        axes (the busiest device is read later)."""
+        manual = re.findall(r'"([^"]+)"', str(op.attributes["manual_axes"]))
+        shardings = str(op.attributes["out_shardings"])
+        m = re.search(r"@([\w.$\-]+)", str(op.attributes["in_shardings"])) or \
+            re.search(r"@([\w.$\-]+)", shardings)
+        sizes = dict(self.meshes.get(m.group(1), [])) if m else {}
+        if any(a not in sizes for a in manual):
+            raise LoopCountError("the shard_map's mesh could not be read")
+        n = int(np.prod([sizes[a] for a in manual], dtype=np.int64))
+        block = op.regions[0].blocks[0]
+        ip = ir.InsertionPoint(_terminator(block))
+        local = ir.RankedTensorType.get([1], ir.IntegerType.get_signless(32))
+        one = hlo.ReshapeOp(local, value, ip=ip).result
+        _set_terminator(block, list(_terminator(block).operands) + [one])
+        glob = ir.RankedTensorType.get([n], ir.IntegerType.get_signless(32))
+        new = _replace(op, [], [glob])
+        axes = ", ".join(f'"{a}"' for a in manual)
+        spec = f'<@{m.group(1)}, [{{{axes}}}]>'
+        text = re.sub(r"\]>\s*$", f", {spec}]>", shardings) if "<@" in shardings else \
+            f"#sdy.sharding_per_value<[{spec}]>"
+        new.attributes["out_shardings"] = ir.Attribute.parse(text)
+        self.escape(new.results[len(new.results) - 1], tag)
+
+
+# -- the two rewrites --------------------------------------------------------------------------
+
+def _parse(text: str):
+    if _BINDINGS_ERROR is not None:
+        raise LoopCountError(f"the MLIR bindings of jaxlib are not usable: {_BINDINGS_ERROR}")
+    ctx = mlir.make_ir_context()
+    return ctx, ir.Module.parse(text, context=ctx)
+
+
+def counting_module(text: str):
+    """(module, tags): ``text`` with every loop's count handed out of ``@main`` (see module
+    doc). The module lives in its own MLIR context; ``tags`` describe the extra results."""
+    ctx, module = _parse(text)
+    with ctx, ir.Location.unknown():
+        n = _mark_loops(module)
+        esc = _Escaper(module)
+        for i in range(n):
+            new, _ = _add_counter(_marked(module, i))
+            entered = _const(1, _i32(), ir.InsertionPoint.after(new))
+            esc.escape(new.results[len(new.results) - 1], Tag(i, "trips"))
+            esc.escape(entered, Tag(i, "entries"))
+        _unmark(module)
+        if not module.operation.verify():
+            raise LoopCountError("the counting program does not verify")
+    return module, esc.tags
+
+
+def pinned_module(text: str, trips: Sequence[int]):
+    """``text`` with loop ``i`` (in the order :func:`counting_module` numbers them) stopping
+    after exactly ``trips[i]`` iterations."""
+    ctx, module = _parse(text)
+    with ctx, ir.Location.unknown():
+        n = _mark_loops(module)
+        if n != len(trips):
+            raise LoopCountError(f"{len(trips)} trip counts for {n} loops")
+        for i in range(n):
+            new, counter = _add_counter(_marked(module, i))
+            cond = new.regions[0].blocks[0]
+            ip = ir.InsertionPoint(_terminator(cond))
+            bound = _const(int(trips[i]), _i32(), ip)
+            less = hlo.CompareOp(counter, bound,
+                                 hlo.ComparisonDirectionAttr.get("LT"), ip=ip).result
+            _set_terminator(cond, [less])
+        _unmark(module)
+        if not module.operation.verify():
+            raise LoopCountError("the pinned program does not verify")
+    return module
+
+
+# -- Exported artifacts ------------------------------------------------------------------------
+
+def _with_module(exported, module, extra_outs: Sequence[tuple[tuple[int, ...], Any]] = ()):
+    """``exported`` with its StableHLO replaced by ``module`` and (for a counting program) more
+    results: a tuple of the original result and ``extra_outs`` ((shape, dtype) each)."""
+    import jax
+    from jax._src import core
+    from jax._src.export import _export
+
+    with module.context:
+        payload = _export._module_to_bytecode(module)
+    changes: dict[str, Any] = {"mlir_module_serialized": payload}
+    if extra_outs:
+        avals = tuple(exported.out_avals) + tuple(core.ShapedArray(s, d) for s, d in extra_outs)
+        n = len(avals)
+        changes["out_avals"] = avals
+        changes["out_tree"] = jax.tree_util.tree_structure(tuple(range(n)))
+        for f in dataclasses.fields(exported):
+            if f.name in ("out_shardings_hlo", "_out_named_shardings"):
+                changes[f.name] = tuple(getattr(exported, f.name)) + (None,) * len(extra_outs)
+    return dataclasses.replace(exported, **changes)
+
+
+def _result_shapes(module) -> list[tuple[int, ...]]:
+    with module.context:
+        for op in module.body.operations:
+            op = op.operation
+            if op.name == "func.func" and \
+                    str(ir.StringAttr(op.attributes["sym_name"]).value) == "main":
+                ftype = ir.FunctionType(ir.TypeAttr(op.attributes["function_type"]).value)
+                return [tuple(ir.RankedTensorType(t).shape) for t in ftype.results]
+    raise LoopCountError("the program has no @main")
+
+
+def trip_counts(exported, args: Sequence, run: Callable | None = None) -> tuple[int, ...]:
+    """Per loop of ``exported`` (numbered as :func:`pinned` expects): its iterations per entry
+    on ``args``, the mean over entries rounded (0 for a loop never entered), on the busiest
+    device. ``run(fn, args)`` runs a program (default: ``jax.jit(fn)(*args)``)."""
+    import jax
+
+    module, tags = counting_module(exported.mlir_module())
+    if not tags:
+        return ()
+    shapes = _result_shapes(module)[-len(tags):]
+    counting = _with_module(exported, module, [(s, np.int32) for s in shapes])
+    outs = (run or (lambda f, a: jax.jit(f)(*a)))(counting.call, args)
+    values = [np.asarray(v) for v in outs[1:]]
+    n = 1 + max(t.loop for t in tags)
+    trips, entries = np.zeros(n, np.int64), np.zeros(n, np.int64)
+    for tag, v in zip(tags, values, strict=True):
+        (trips if tag.kind == "trips" else entries)[tag.loop] += int(v.max()) if v.size else 0
+    return tuple(int((2 * t + e) // (2 * e)) if e else 0  # the mean, halves rounded up
+                 for t, e in zip(trips, entries, strict=True))
+
+
+def pinned(exported, trips: Sequence[int]):
+    """``exported`` with every loop stopping after its count in ``trips``."""
+    return _with_module(exported, pinned_module(exported.mlir_module(), trips))
