@@ -53,6 +53,9 @@ jax.debug.visualize_array_sharding(A)
 # The compiled program tells you what XLA decided to do. This helper lists the cross-device
 # operations (all-gather, all-reduce, collective-permute, ...) in a compiled function. You will
 # use it to check your own answers.
+#
+# XLA's printed modules do not use the mesh's axis names: `axis_0` is `X` and `axis_1` is `Y`.
+# So `replica_groups=mesh[...] {'axis_0'}` in the line below means the all-reduce runs across `X`.
 
 # %%
 # compiled_collectives(f, *args) compiles f for these arguments and keeps the lines of XLA's
@@ -137,13 +140,21 @@ for row in np.asarray(held).reshape(-1, 3):
 # Use `shard_map`; no collectives. `shift` is a Python `int` (the grader passes it as a static
 # argument) and can be any integer: zero, negative, or larger than a block.
 #
-# *Why not `jax.jit`?* In the global view the block boundaries are invisible, so a plain
-# `jnp.roll(A, shift, axis=0)` moves rows across shards: wrong answer *and* communication.
+# *Why `shard_map` here?* `jax.jit` can compute this too, with global-view code that keeps the
+# blocks apart; the speed check's baseline is such a program. This problem practises the local
+# view instead: inside `shard_map` your function sees only its own block, so the edges of what
+# it holds are the block's edges. Note that a plain `jnp.roll(A, shift, axis=0)` on the global
+# array does not do this: it moves rows across block boundaries, which gives a wrong answer *and*
+# needs communication.
 
 # %%
-# A quick picture of what "within a block" means, on one small example (NumPy):
-blocks = np.arange(8).reshape(2, 4)  # 2 shards of 4 rows
-print(np.roll(blocks, 1, axis=1))    # each row here is one shard's block
+# A small picture of "within a block" (NumPy): 8 rows in 2 blocks (rows 0-3 and 4-7), as 2
+# X-shards hold them. Each row holds its own index.
+rows = np.arange(8)[:, None]
+within = np.concatenate([np.roll(b, 1, axis=0) for b in np.split(rows, 2)])
+across = np.roll(rows, 1, axis=0)  # a plain roll of the whole array
+print("columns: original | rolled by 1 within each block | rolled by 1 across the whole array")
+print(np.hstack([rows, within, across]))
 
 # %% [solution] roll_diff
 

@@ -23,8 +23,15 @@
 # The grader reads the program you wrote (its jaxpr) and expects: no monolithic `all_gather`,
 # `psum_scatter` or whole-output `psum`; data moving in chunks, to ring neighbours only; at
 # least one partial matmul per chunk; and, for the reduce-scatter, only output-sized partial
-# sums on the wire. It runs every function on the meshes 2x4, 4x2, 1x8 and 8x1, so read the ring
-# length from `mesh.shape['Y']` (with `Y = 1` there is nothing to send at all).
+# sums on the wire. (`jax.lax.psum_scatter` is a reduce-scatter: a sum over devices in which
+# each device keeps only its own slice of the result.) It runs every function on the meshes
+# 2x4, 4x2, 1x8 and 8x1, so read the ring length from `mesh.shape['Y']`.
+#
+# With `Y = 1` (the 8x1 mesh) there is nothing to send, and the structure check asks only for a
+# `shard_map` with nothing crossing `X`. In 3.1 the rule "each `psum` carries at most half of the
+# local output" applies only when `Y > 1`, so there even one `psum` of the whole output passes.
+# Every per-device dimension of the grading shapes is even, so any block or tile splits into
+# two equal halves.
 
 # %%
 import functools
@@ -66,8 +73,9 @@ for line in compiled_collectives(matmul_jit, A, W):
     print(line)
 
 # %% [markdown]
-# One all-gather of `A` over `Y`, and the `dot` that follows has to wait for all of it. On a
-# TPU the source chapter measured this layer at 311 us under `jit`; a collective version ran in
+# One all-gather of `A` over `Y`, and the `dot` that follows has to wait for all of it. This
+# problem set follows the chapter "How To Scale Your Model", part 10 (Programming TPUs in JAX).
+# On a TPU the chapter measured this layer at 311 us under `jit`; a collective version ran in
 # 244 us (about 0.8x), close to the 224 us of a matmul that needs no communication at all.
 #
 # ## The ring schedule
@@ -96,7 +104,7 @@ print("each step: multiply, and at the same time ppermute the block one device t
 #
 # ## The worked example on current JAX
 #
-# The source chapter's code targets an older JAX (`jax.experimental.shard_map`, no varying
+# The chapter's code targets an older JAX (`jax.experimental.shard_map`, no varying
 # types). Two things changed:
 #
 # * `jax.shard_map(f, mesh=..., in_specs=..., out_specs=...)` is the entry point.
@@ -106,29 +114,28 @@ print("each step: multiply, and at the same time ppermute the block one device t
 #   so declare the accumulator varying up front with
 #   `jax.lax.pcast(x, ('X', 'Y'), to='varying')` (older code called this `pvary`).
 #
-# Here is the failure you get without it:
+# Here is that failure on a toy loop (not one of the problems), which adds a device's tile of
+# `A` three times into an accumulator that starts as `jnp.zeros`:
 
 # %%
-def ring_without_pcast(a, w):
-    ny = jax.lax.axis_size("Y")
-    me = jax.lax.axis_index("Y")
-    k = a.shape[1]
+def add_three_times(tile, declare_varying):
+    acc = jnp.zeros(tile.shape, tile.dtype)  # the same on every device: varies over nothing
+    if declare_varying:
+        acc = jax.lax.pcast(acc, ("X", "Y"), to="varying")
+    return jax.lax.fori_loop(0, 3, lambda i, acc: acc + tile, acc)  # acc + tile varies
 
-    def body(i, carry):
-        acc, held = carry
-        rows = jax.lax.dynamic_slice_in_dim(w, ((me + i) % ny) * k, k, axis=0)
-        return acc + held @ rows, jax.lax.ppermute(held, "Y", [(j, (j - 1) % ny) for j in range(ny)])
 
-    acc = jnp.zeros((a.shape[0], w.shape[1]), a.dtype)  # varies over nothing
-    return jax.lax.fori_loop(0, ny, body, (acc, a))[0]
+def run(declare_varying):
+    f = functools.partial(add_three_times, declare_varying=declare_varying)
+    return jax.shard_map(f, mesh=mesh, in_specs=P("X", "Y"), out_specs=P("X", "Y"))(A)
 
 
 try:
-    jax.shard_map(ring_without_pcast, mesh=mesh, in_specs=(P("X", "Y"), P(None, "Y")),
-                  out_specs=P("X", "Y"))(A, W)
+    run(declare_varying=False)
 except Exception as e:
     # The whole message: its last lines say what to change.
     print(type(e).__name__ + ":", e)
+print("\nwith the pcast, 3 * A is right:", bool(jnp.allclose(run(declare_varying=True), 3 * A)))
 
 # %% [markdown]
 # ## Problem 3.0: `matmul_allgather`
@@ -156,6 +163,10 @@ except Exception as e:
 # nothing blew up; on a TPU the ratio is what the hidden speed check looks at. Everywhere
 # else the hidden check uses the course's TPU model instead: `tpu_profile` shows what it sees,
 # a modeled v5e timeline of your program above jit's, with the communication it overlaps.
+#
+# `written_collectives` counts the collectives in your jaxpr. A `psum` inside `shard_map` shows
+# up there as `psum_invariant`: that is the name JAX records for it, and the rules count it as a
+# `psum`.
 
 # %%
 mine = functools.partial(matmul_allgather, mesh=mesh)
@@ -178,7 +189,7 @@ tpu_profile("matmul_allgather", matmul_allgather, mesh)
 # of the output, and the matmuls and reductions alternate. (Written as ppermute rings, the same
 # idea is a reduce-scatter of the tiles followed by an all-gather of them; either is accepted.)
 #
-# *Note:* XLA is good at all-reduces, and the source chapter warns this may not beat `jit`.
+# *Note:* XLA is good at all-reduces, and the chapter warns this may not beat `jit`.
 # Because `psum` returns a value that is the same on every device of `Y`, `out_specs=P('X',
 # None)` type-checks with `check_vma=True`.
 
@@ -210,14 +221,38 @@ tpu_profile("matmul_allreduce", matmul_allreduce, mesh)
 # structure check.
 #
 # Work out the schedule first: if sums move right (`j -> j+1`), which block must device `i`
-# work on at step `s` so that block `k` ends on device `k` after step `Y - 1`?
+# work on at step `s` so that block `k` ends on device `k` after step `Y - 1`? Write your answer
+# as `my_block(i, s, ny)` in the next cell and run it: it checks your table for `Y = 2, 4, 8`
+# and prints the entries that break the ring. The first guess there, the all-gather ring's
+# table, is wrong on purpose: replace it.
 
 # %%
-ny = 4
-print("step | " + " | ".join(f"device {d}" for d in range(ny)))
-for step in range(ny):
-    print(f"  {step}  | " + " | ".join(f"sum for block {(d - 1 - step) % ny}" for d in range(ny)))
-print("each step: add my contribution, then send the running sum one device to the right")
+def my_block(i, s, ny):
+    """The output block whose running sum device i adds to at step s (sums move j -> j+1)."""
+    return (i + s) % ny  # the all-gather ring's table, which does not work here: replace it
+
+
+def check_schedule(block):
+    wrong = []
+    for ny in (2, 4, 8):
+        for i in range(ny):
+            last = block(i, ny - 1, ny) % ny
+            if last != i:
+                wrong.append(f"Y={ny}: device {i} ends with the sum for block {last}, not its own "
+                             f"block {i}")
+            for s in range(1, ny):
+                left = (i - 1) % ny
+                got, arrived = block(i, s, ny) % ny, block(left, s - 1, ny) % ny
+                if got != arrived:
+                    wrong.append(f"Y={ny}, step {s}: device {i} receives the sum for block "
+                                 f"{arrived} from device {left} but adds to block {got}")
+    print(f"{len(wrong)} problems, the first ones:" if wrong
+          else "your schedule works for Y = 2, 4 and 8")
+    for line in wrong[:5]:
+        print("  " + line)
+
+
+check_schedule(my_block)
 
 # %% [solution] matmul_reducescatter
 
