@@ -25,6 +25,7 @@ class Attempt:
     expected: Optional[np.ndarray] = None
     value: Optional[np.ndarray] = None  # the output gathered to the host
     sharding_error: Optional[str] = None  # None: layout right
+    copies_error: Optional[str] = None  # None: every device's copy of each block agrees
     error: Optional[str] = None  # what went wrong before there was an output
     program: Optional[Program] = None
 
@@ -64,7 +65,7 @@ def numerics(problem: Problem, attempts: list[Attempt]) -> CheckResult:
     for a in attempts:
         if a.error is not None:
             return failed("numerics", f"{a.where(problem)}: {a.error}")
-        msg = compare_values(a.value, a.expected, problem.rtol, problem.atol)
+        msg = compare_values(a.value, a.expected, problem.rtol, problem.atol) or a.copies_error
         if msg is not None:
             return failed("numerics", f"{a.where(problem)}: {msg}")
     layouts = list(dict.fromkeys(a.layout for a in attempts))
@@ -118,12 +119,12 @@ def group_by_mesh(seen: dict[str, list], problem: Problem) -> str:
 
 
 def big_case_values(problem: Problem, check: str, where: str, value: np.ndarray,
-                    expected: np.ndarray) -> Optional[CheckResult]:
+                    expected: np.ndarray, copies: Optional[str] = None) -> Optional[CheckResult]:
     """A failed ``check`` when the program compiled for its memory or speed case does not
     compute that case's answer, else None. The big cases have public shapes, so a function that
     notices big inputs and skips the work would otherwise buy the memory or speed share: only a
     program that computes the answer is measured."""
-    msg = compare_values(value, expected, problem.rtol, problem.atol)
+    msg = compare_values(value, expected, problem.rtol, problem.atol) or copies
     if msg is None:
         return None
     return failed(check, f"{where}: the program for this case does not compute the answer "

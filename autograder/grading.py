@@ -27,7 +27,7 @@ import numpy as np
 
 from . import checks
 from .artifacts import Artifact, ArtifactError, LocalExporter, load_artifact
-from .compare import genuine_array, sharding_problem
+from .compare import copies_disagree, genuine_array, sharding_problem
 from .devices import platform as current_platform
 from .exporting import describe_error, spec_of
 from .loader import GradingTimeout, time_limit
@@ -411,6 +411,7 @@ def run_case(programs: Programs, layout, case: Case, *, want_program: bool,
             att.value = np.asarray(jax.device_get(out))
             if problem.uses_mesh:
                 att.sharding_error = sharding_problem(out, mesh, problem.out_spec)
+                att.copies_error = copies_disagree(out, mesh, problem.rtol, problem.atol)
             if want_program:
                 art = programs.artifact(layout, case)
                 shape = tuple(int(s) for s in mesh.devices.shape) if problem.uses_mesh else None
@@ -585,7 +586,9 @@ def _big_case_values(problem: Problem, check: str, where: str, compiled, case: C
     out = genuine_array(compiled(*_dynamic(problem, args)))
     value = np.asarray(jax.device_get(out))
     expected = np.asarray(problem.reference(case.args, *layout))
-    return checks.big_case_values(problem, check, where, value, expected)
+    copies = (copies_disagree(out, _mesh_for(problem, layout), problem.rtol, problem.atol)
+              if problem.uses_mesh else None)
+    return checks.big_case_values(problem, check, where, value, expected, copies)
 
 
 def _speed_check(programs: Programs, modeler) -> CheckResult:

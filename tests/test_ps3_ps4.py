@@ -120,6 +120,8 @@ WRONG = [
      "both ring directions"),
     ("ps4/one_direction.py", "matmul_allgather_bidirectional", "structure",
      "both ring directions"),
+    # right only on the devices at Y=0: the host reads one copy of a replicated output
+    ("ps4/device0_placement.py", "matmul_allreduce_bidirectional", "numerics", "disagree"),
 ]
 
 
@@ -133,6 +135,16 @@ def test_wrong_answers_fail_the_named_check(fixture, name, check, words):
     assert res.score < res.max_score
     if check != "numerics":
         assert _check(res, "numerics").passed
+
+
+def test_the_self_check_reads_every_copy_of_a_replicated_output():
+    """The public check, like the grader, compares the copies each device holds, not only the
+    one the host reads."""
+    from autograder import public
+
+    fn = _ns(FIX / "ps4/device0_placement.py")["matmul_allreduce_bidirectional"]
+    with pytest.raises(AssertionError, match="disagree: the one at X=0, Y=1"):
+        public.check("matmul_allreduce_bidirectional", fn, layouts=((2, 4),), verbose=False)
 
 
 def test_big_inputs_get_the_same_work():

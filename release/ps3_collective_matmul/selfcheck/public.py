@@ -16,7 +16,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from .compare import compare_values, genuine_array, sharding_problem
+from .compare import compare_values, copies_disagree, genuine_array, sharding_problem
 from .loader import load
 from .meshes import make_mesh
 from .program import trace
@@ -217,7 +217,8 @@ def check(name: str, fn, *, layouts=((2, 4), (4, 2), (1, 8), (8, 1)), cases: int
             msg = compare_values(np.asarray(jax.device_get(out)), want, spec["rtol"],
                                  spec["atol"])
             if msg is None and spec["uses_mesh"]:
-                msg = sharding_problem(out, mesh, out_spec)
+                msg = (copies_disagree(out, mesh, spec["rtol"], spec["atol"])
+                       or sharding_problem(out, mesh, out_spec))
             if msg is None and rules and args is runs[0][0]:  # structure: once per mesh
                 msg = _structure(rules, f, placed, static, mesh, problem(name))
             if msg is not None:

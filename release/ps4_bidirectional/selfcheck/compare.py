@@ -46,6 +46,45 @@ def compare_values(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) 
             f"expected {w[idx]:.6g}, found {g[idx]:.6g}")
 
 
+def _position(mesh, device) -> str:
+    where = np.argwhere(np.vectorize(lambda d: d.id)(mesh.devices) == device.id)
+    if not len(where):
+        return f"device {device.id}"
+    return ", ".join(f"{a}={int(i)}" for a, i in zip(mesh.axis_names, where[0], strict=True))
+
+
+def _block(index, shape) -> str:
+    parts = []
+    for sl, n in zip(index, shape, strict=True):
+        start, stop, _ = sl.indices(n)
+        parts.append(":" if (start, stop) == (0, n) else f"{start}:{stop}")
+    return "[" + ", ".join(parts) + "]"
+
+
+def copies_disagree(out, mesh, rtol: float, atol: float) -> str | None:
+    """None if every device holding a copy of the same block of ``out`` holds the same values
+    (within the tolerance); otherwise which copies differ. The host reads one copy of each
+    block, so a result replicated over a mesh axis that is right on one device and wrong on the
+    others would otherwise pass; with ``check_vma=False`` JAX itself does not check it."""
+    groups: dict = {}
+    for shard in out.addressable_shards:
+        key = tuple(sl.indices(n)[:2] for sl, n in zip(shard.index, out.shape, strict=True))
+        groups.setdefault(key, []).append(shard)
+    for shards in groups.values():
+        first = np.asarray(shards[0].data)
+        for other in shards[1:]:
+            msg = compare_values(np.asarray(other.data), first, rtol, atol)
+            if msg is not None:
+                return (f"the devices holding copies of the output block "
+                        f"{_block(shards[0].index, out.shape)} disagree: the one at "
+                        f"{_position(mesh, other.device)} differs from the one at "
+                        f"{_position(mesh, shards[0].device)} ({msg.replace('expected', 'first copy', 1).replace('found', 'this copy', 1)}). "
+                        "A result replicated over a mesh axis must be the same on every device "
+                        "along it (with check_vma=False JAX does not check this); compare the "
+                        "pieces of out.addressable_shards")
+    return None
+
+
 def sharding_problem(out, mesh, spec) -> str | None:
     """None if ``out`` is laid out as ``NamedSharding(mesh, spec)``; otherwise what was found."""
     from jax.sharding import NamedSharding
