@@ -112,7 +112,8 @@ print("each step: multiply, and at the same time ppermute the block one device t
 #   over. `jnp.zeros(...)` is the same on every device (it varies over nothing), but
 #   `acc + block @ rows` varies over `X` and `Y`. A `fori_loop` needs its carry to keep one type,
 #   so declare the accumulator varying up front with
-#   `jax.lax.pcast(x, ('X', 'Y'), to='varying')` (older code called this `pvary`).
+#   `jax.lax.pcast(x, ('X', 'Y'), to='varying')` (older code called this `pvary`). The axes are
+#   a set: JAX's message below may list them as `('Y', 'X')`, which means the same.
 #
 # Here is that failure on a toy loop (not one of the problems), which adds a device's tile of
 # `A` three times into an accumulator that starts as `jnp.zeros`:
@@ -144,9 +145,10 @@ print("\nwith the pcast, 3 * A is right:", bool(jnp.allclose(run(declare_varying
 # P(None,'Y'))`, `out_specs=P('X','Y')`. Use `jax.lax.axis_index('Y')` to know where you are on
 # the ring, `jax.lax.dynamic_slice_in_dim` to cut the rows of `W` that match the block you hold,
 # and `jax.lax.ppermute(x, 'Y', perm=[(src, dst), ...])` to pass the block on. A Python `for`
-# loop, a `fori_loop` or a `while_loop` are all fine. The `Y`-th send only brings each block back
-# to the device it started on: the grader's byte budget allows it (up to `Y` blocks per device),
-# but a ring that stops after `Y - 1` sends does one transfer less.
+# loop, a `fori_loop` or a `while_loop` are all fine. After `Y - 1` sends every device has seen
+# all `Y` blocks, so the ring is done. One more send would only carry each block back to the
+# device it started on; the grader's byte budget tolerates it (up to `Y` blocks per device), but
+# it is a transfer with nothing to gain.
 #
 # *Check your direction:* if blocks move left (`j -> j-1`), after `s` steps device `i` holds
 # block `i + s`; if they move right, block `i - s`.
@@ -189,7 +191,10 @@ tpu_profile("matmul_allgather", matmul_allgather, mesh)
 # of the output, and the matmuls and reductions alternate. (Written as ppermute rings, the same
 # idea is a reduce-scatter of the tiles followed by an all-gather of them; either is accepted.)
 #
-# *Note:* XLA is good at all-reduces, and the chapter warns this may not beat `jit`.
+# *Note:* XLA is good at all-reduces, and the chapter warns this may not beat `jit`. What this
+# problem teaches is the schedule, not a speed-up: the structure check (no `psum` of more than
+# half the local output) is the part that needs your tiling, and the speed limit below only asks
+# that the tiles cost about what `jit`'s single all-reduce does.
 # Because `psum` returns a value that is the same on every device of `Y`, `out_specs=P('X',
 # None)` type-checks with `check_vma=True`.
 

@@ -150,10 +150,15 @@ tpu_profile("matmul_allgather_bidirectional", matmul_allgather_bidirectional, me
 # 2. an **all-gather ring**: the finished tiles travel (again half each way) until every device
 #    has all of them, placed with `jax.lax.dynamic_update_slice_in_dim`.
 #
+# Step 1 is the same two-way reduce-scatter that Problem 4.3 asks for, so you may find it easier
+# to solve 4.3 first and come back.
+#
 # One wrinkle: the result is assembled from `ppermute`s, so the type system says it *varies*
 # over `Y`, even though every device ends with the same values. `out_specs=P('X', None)` claims
-# it does not vary over `Y`; pass `check_vma=False` to `jax.shard_map` and make sure yourself that
-# the devices agree.
+# it does not vary over `Y`; pass `check_vma=False` to `jax.shard_map`, and the devices agreeing
+# becomes your job. Reading the result on the host shows only one device's copy; `check` (and the
+# grader) compare every device's copy, and you can too: each entry of `out.addressable_shards`
+# holds one device's `data` for the block at its `index`.
 
 # %% [solution] matmul_allreduce_bidirectional
 
@@ -164,6 +169,11 @@ W_ar = put(rng.standard_normal((D, F), dtype=np.float32) / np.sqrt(D), P("Y", No
 baseline = jax.jit(lambda a, w: a @ w, out_shardings=NamedSharding(mesh, P("X", None)))
 mine = functools.partial(matmul_allreduce_bidirectional, mesh=mesh)
 print("bytes per shift:", shift_bytes(mine, A, W_ar))
+copies = {}  # every device's piece of the output, by the block it claims to hold
+for piece in mine(A, W_ar).addressable_shards:
+    copies.setdefault(str(piece.index), []).append(np.asarray(piece.data))
+print("every device's copy agrees:",
+      all(np.allclose(c[0], other) for c in copies.values() for other in c))
 time_vs_jit(mine, baseline, A, W_ar)
 tpu_profile("matmul_allreduce_bidirectional", matmul_allreduce_bidirectional, mesh)
 

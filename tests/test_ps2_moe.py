@@ -231,3 +231,24 @@ def test_big_inputs_get_the_same_work():
     for name in ("memory", "speed"):
         c = check(res, name)
         assert not c.passed and "does not compute the answer" in c.message, c.message
+
+
+@pytest.mark.parametrize("path,name", [
+    (ROOT / "solutions" / "ps2_moe.py", "moe_local"),
+    (ROOT / "solutions" / "ps2_moe.py", "moe_topk"),
+    (FIX / "wrong_padded_exchange.py", "moe_all_to_all"),
+])
+def test_memory_profile_shows_the_graders_figure_and_bound(path, name):
+    """The notebook's memory_profile compiles at the grader's memory case and states the
+    grader's bound: the same MiB figure and the same verdict as the hidden memory check."""
+    import re
+
+    from autograder.notebook_tools import memory_profile
+
+    prof = memory_profile(name, _ns(str(path))[name])
+    mem = check(grade(path, name), "memory")
+    mib = [float(v) for v in re.findall(r"([0-9.]+) MiB", mem.message)]
+    assert f"{prof.temp_bytes / 2**20:.2f}" in {f"{v:.2f}" for v in mib}, (prof, mem.message)
+    assert f"{prof.bound / 2**20:.2f}" in {f"{v:.2f}" for v in mib}, (prof, mem.message)
+    assert prof.passes == mem.passed
+    assert ("within" if mem.passed else "OVER") in prof.text()

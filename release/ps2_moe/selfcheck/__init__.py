@@ -2,18 +2,19 @@
 
 `check(name, fn)` runs your function on small random inputs on every course mesh, compares the
 result, values and output sharding, with the NumPy reference the grader uses, and runs the
-grader's structure rules on your program; `tpu_profile` models it with the grader's TPU model.
-The modules next to this file are copies of the course package's own. Importing the package
+grader's structure rules on your program; `memory_profile` compiles it at the grader's memory
+case beside the bound; `tpu_profile` models it with the grader's TPU model. The modules next to this file are copies of the course package's own. Importing the package
 sets up 8 devices (emulated on CPU where needed).
 """
 from .devices import describe_devices, setup_devices
 from .meshes import make_mesh
-from .notebook_tools import compiled_collectives, time_vs_jit, tpu_profile, written_collectives
+from .notebook_tools import compiled_collectives, memory_profile, time_vs_jit, tpu_profile, written_collectives
 from .public import PUBLIC, check, load_functions
 
 __all__ = [
     'PUBLIC', 'check', 'compiled_collectives', 'describe_devices', 'load_functions',
-    'make_mesh', 'setup_devices', 'time_vs_jit', 'tpu_profile', 'written_collectives',
+    'make_mesh', 'memory_profile', 'setup_devices', 'time_vs_jit', 'tpu_profile',
+    'written_collectives',
 ]
 
 PUBLIC.update({'moe_all_to_all': {'args': ['A', 'B', 'W'],
@@ -24,6 +25,14 @@ PUBLIC.update({'moe_all_to_all': {'args': ['A', 'B', 'W'],
                     'hidden': ['structure', 'memory', 'speed'],
                     'in_specs': [['X', 'Y'], ['X'], ['X', None, 'Y']],
                     'limit': 1.3,
+                    'memory': {'bound': 23068672,
+                               'layout': [8, 1],
+                               'what': 'one all-gathered copy of A f32[32768, '
+                                       '256] alone takes 32 MiB per device; '
+                                       'allowed: half of that plus 6 MiB, room '
+                                       "for 1 copy of this device's own tokens "
+                                       'and results. Keep the chunks a fixed '
+                                       'small size, not proportional to S'},
                     'out_spec': ['X', 'Y'],
                     'reference': ['.references.ps2_moe', 'moe_reference'],
                     'rtol': 0.0001,
@@ -43,6 +52,7 @@ PUBLIC.update({'moe_all_to_all': {'args': ['A', 'B', 'W'],
                    'hidden': ['structure', 'speed'],
                    'in_specs': [['X', 'Y'], ['X'], ['X', None, 'Y']],
                    'limit': 1.3,
+                   'memory': None,
                    'out_spec': ['X', 'Y'],
                    'reference': ['.references.ps2_moe', 'moe_reference'],
                    'rtol': 0.0001,
@@ -60,6 +70,7 @@ PUBLIC.update({'moe_all_to_all': {'args': ['A', 'B', 'W'],
              'hidden': ['structure', 'speed'],
              'in_specs': [['X', 'Y'], ['X'], ['X', None, 'Y']],
              'limit': 3.0,
+             'memory': None,
              'out_spec': ['X', 'Y'],
              'reference': ['.references.ps2_moe', 'moe_reference'],
              'rtol': 0.0001,
@@ -73,6 +84,10 @@ PUBLIC.update({'moe_all_to_all': {'args': ['A', 'B', 'W'],
                'hidden': ['structure', 'memory', 'speed'],
                'in_specs': [[], [], []],
                'limit': 3.0,
+               'memory': {'bound': 134217728,
+                          'layout': [2, 4],
+                          'what': 'an [S, D, F] = [4096, 256, 256] array would '
+                                  'take 1024 MiB; allowed: an eighth of that'},
                'out_spec': [],
                'reference': ['.references.ps2_moe', 'moe_reference'],
                'rtol': 0.0001,
@@ -86,6 +101,14 @@ PUBLIC.update({'moe_all_to_all': {'args': ['A', 'B', 'W'],
               'hidden': ['structure', 'memory', 'speed'],
               'in_specs': [['X', 'Y'], ['X', None], ['X', None, 'Y']],
               'limit': 1.3,
+              'memory': {'bound': 29360128,
+                         'layout': [8, 1],
+                         'what': 'one all-gathered copy of A f32[32768, 256] '
+                                 'alone takes 32 MiB per device; allowed: half '
+                                 'of that plus 12 MiB, room for 2 copies of '
+                                 "this device's own tokens and results. Keep "
+                                 'the chunks a fixed small size, not '
+                                 'proportional to S'},
               'out_spec': ['X', 'Y'],
               'reference': ['.references.ps2_moe', 'moe_topk_reference'],
               'rtol': 0.0001,

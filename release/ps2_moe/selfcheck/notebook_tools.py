@@ -1,8 +1,8 @@
 """Small looking-glass helpers the notebooks use (copied into every selfcheck package).
 
 They show what a function's program does: the collectives you wrote (the jaxpr), the ones XLA
-runs (the compiled module), a wall-clock comparison with the jit baseline, and the course's TPU
-model's timeline.
+runs (the compiled module), the memory it compiles to beside the grader's bound, a wall-clock
+comparison with the jit baseline, and the course's TPU model's timeline.
 """
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import collections
 import os
 import re
 import time
+from dataclasses import dataclass
 
 COLLECTIVE_OPS = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all",
                   "collective-permute")
@@ -82,3 +83,72 @@ def tpu_profile(name: str, fn, mesh, chip: str = "v5e"):
         return None
 
     return profile(fn, name, mesh, chip=chip)
+
+
+@dataclass(frozen=True)
+class MemoryProfile:
+    """The compiled temporary memory of a graded function at the grader's memory case."""
+
+    name: str
+    where: str
+    temp_bytes: int
+    bound: int
+    what: str
+
+    @property
+    def passes(self) -> bool:
+        return self.temp_bytes <= self.bound
+
+    def text(self) -> str:
+        mib = 2 ** 20
+        verdict = "within" if self.passes else "OVER"
+        return (f"{self.name}{self.where}: temporary buffers {self.temp_bytes / mib:.2f} MiB, "
+                f"{verdict} the grader's bound of {self.bound / mib:.2f} MiB\n"
+                f"  ({self.what})")
+
+    def __repr__(self) -> str:
+        return self.text()
+
+
+def memory_profile(name: str, fn):
+    """Compile ``fn`` (the graded function ``name``) at the shapes and mesh of the grader's
+    memory check and set its temporary memory beside the grader's bound. Compile only: nothing
+    runs (the grader also runs the program there, and it must give the right answer). Nothing is
+    compiled while nbgrader grades the notebook."""
+    if os.environ.get("NBGRADER_EXECUTION"):
+        return None
+    import functools
+
+    import jax
+    import numpy as np
+    from jax.sharding import NamedSharding
+
+    from .meshes import make_mesh
+    from .public import _table, problem
+
+    bar = _table()[name].get("memory")
+    if bar is None:
+        print(f"{name}: the grader does not check its memory")
+        return None
+    entry = problem(name)
+    x, y = bar["layout"]
+    mesh = make_mesh(x, y)
+    raw = entry.case(np.random.default_rng(0), x, y, "memory").args
+    args = []
+    for a, spec in zip(raw, entry.in_specs, strict=True):
+        if spec is None:
+            args.append(a)
+            continue
+        place = (NamedSharding(mesh, spec) if entry.uses_mesh
+                 else jax.sharding.SingleDeviceSharding(mesh.devices.flat[0]))
+        args.append(jax.ShapeDtypeStruct(np.shape(a), np.asarray(a).dtype, sharding=place))
+    f = functools.partial(fn, mesh=mesh) if entry.uses_mesh else fn
+    static = tuple(i for i, s in enumerate(entry.in_specs) if s is None)
+    stats = jax.jit(f, static_argnums=static).lower(*args).compile().memory_analysis()
+    if stats is None:
+        print(f"{name}: this JAX does not report compiled memory figures")
+        return None
+    shapes = ", ".join(f"{k}{list(np.shape(a))}" for k, a in zip(_table()[name]["args"], raw))
+    where = f" on mesh {x}x{y}, per device," if entry.uses_mesh else ""
+    return MemoryProfile(name, f"{where} with {shapes}", int(stats.temp_size_in_bytes),
+                         bar["bound"], bar["what"])

@@ -2,18 +2,19 @@
 
 `check(name, fn)` runs your function on small random inputs on every course mesh, compares the
 result, values and output sharding, with the NumPy reference the grader uses, and runs the
-grader's structure rules on your program; `tpu_profile` models it with the grader's TPU model.
-The modules next to this file are copies of the course package's own. Importing the package
+grader's structure rules on your program; `memory_profile` compiles it at the grader's memory
+case beside the bound; `tpu_profile` models it with the grader's TPU model. The modules next to this file are copies of the course package's own. Importing the package
 sets up 8 devices (emulated on CPU where needed).
 """
 from .devices import describe_devices, setup_devices
 from .meshes import make_mesh
-from .notebook_tools import compiled_collectives, time_vs_jit, tpu_profile, written_collectives
+from .notebook_tools import compiled_collectives, memory_profile, time_vs_jit, tpu_profile, written_collectives
 from .public import PUBLIC, check, load_functions
 
 __all__ = [
     'PUBLIC', 'check', 'compiled_collectives', 'describe_devices', 'load_functions',
-    'make_mesh', 'setup_devices', 'time_vs_jit', 'tpu_profile', 'written_collectives',
+    'make_mesh', 'memory_profile', 'setup_devices', 'time_vs_jit', 'tpu_profile',
+    'written_collectives',
 ]
 
 PUBLIC.update({'matmul_allgather_bidirectional': {'args': ['A', 'W'],
@@ -27,6 +28,7 @@ PUBLIC.update({'matmul_allgather_bidirectional': {'args': ['A', 'W'],
                                     'hidden': ['structure', 'speed'],
                                     'in_specs': [['X', 'Y'], [None, 'Y']],
                                     'limit': 0.7,
+                                    'memory': None,
                                     'out_spec': ['X', 'Y'],
                                     'reference': ['.references.ps3_collective_matmul',
                                                   'matmul_reference'],
@@ -47,6 +49,7 @@ PUBLIC.update({'matmul_allgather_bidirectional': {'args': ['A', 'W'],
                                     'hidden': ['structure', 'speed'],
                                     'in_specs': [['X', 'Y'], ['Y', None]],
                                     'limit': 0.7,
+                                    'memory': None,
                                     'out_spec': ['X', None],
                                     'reference': ['.references.ps3_collective_matmul',
                                                   'matmul_reference'],
@@ -67,6 +70,7 @@ PUBLIC.update({'matmul_allgather_bidirectional': {'args': ['A', 'W'],
                                         'hidden': ['structure', 'speed'],
                                         'in_specs': [['X', 'Y'], ['Y', None]],
                                         'limit': 0.7,
+                                        'memory': None,
                                         'out_spec': ['X', 'Y'],
                                         'reference': ['.references.ps3_collective_matmul',
                                                       'matmul_reference'],

@@ -22,9 +22,10 @@ from .meshes import make_mesh
 from .program import trace
 
 #: name -> {'args', 'in_specs', 'out_spec', 'uses_mesh', 'case', 'edges', 'reference', 'rtol',
-#: 'atol', 'hidden', 'baseline', 'limit'}; 'case', 'edges' (or None), 'reference' and 'baseline'
-#: (or None: none, or one kept with the grader) are [module relative to this package, function
-#: name]; 'limit' is the speed limit on the modeled TPU (None without a speed check)
+#: 'atol', 'hidden', 'baseline', 'limit', 'memory'}; 'case', 'edges' (or None), 'reference' and
+#: 'baseline' (or None: none, or one kept with the grader) are [module relative to this package,
+#: function name]; 'limit' is the speed limit on the modeled TPU (None without a speed check);
+#: 'memory' is the grader's memory bar, {'layout': [x, y], 'bound': bytes, 'what': why}, or None
 PUBLIC: dict = {}
 
 
@@ -67,7 +68,19 @@ def public_entry(problem) -> dict:
         "baseline": (_where(problem.baseline) if problem.baseline is not None
                      and problem.baseline_public else None),
         "limit": None if problem.baseline is None else problem.threshold("tpu_model"),
+        "memory": memory_entry(problem),
     }
+
+
+def memory_entry(problem) -> Optional[dict]:
+    """The grader's memory bar for ``problem`` as data: the mesh it compiles on, the bound in
+    bytes at its 'memory' case (whose shapes do not depend on the seed) and why; None when the
+    grader does not check memory."""
+    if problem.memory_bound is None:
+        return None
+    x, y = problem.speed_layout
+    bound, what = problem.memory_bound(problem.case(np.random.default_rng(0), x, y, "memory"), x, y)
+    return {"layout": [int(x), int(y)], "bound": int(bound), "what": what}
 
 
 def encode_rule(rule) -> dict:
@@ -226,8 +239,12 @@ def check(name: str, fn, *, layouts=((2, 4), (4, 2), (1, 8), (8, 1)), cases: int
             n, n_edges = n + (not label), n_edges + bool(label)
     if verbose:
         hidden = [HIDDEN[c] for c in spec.get("hidden", ()) if c in HIDDEN]
+        tools = [t for c, t in (("memory", "memory_profile"), ("speed", "tpu_profile"))
+                 if c in spec.get("hidden", ()) and (c != "speed" or spec.get("baseline"))]
         also = (f" The grader also checks {', '.join(hidden[:-1])}"
-                f"{' and ' if len(hidden) > 1 else ''}{hidden[-1]} at bigger shapes."
+                f"{' and ' if len(hidden) > 1 else ''}{hidden[-1]} at bigger shapes"
+                + (f" ({' and '.join(tools)} show{'s' if len(tools) == 1 else ''} "
+                   f"{'it' if len(tools) == 1 else 'them'})" if tools else "") + "."
                 if hidden else "")
         what = ["values"] + ["output sharding"] * spec["uses_mesh"] + ["structure"] * bool(rules)
         what = ", ".join(what[:-1]) + " and " + what[-1] if len(what) > 1 else what[0]
