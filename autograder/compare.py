@@ -23,8 +23,10 @@ def genuine_array(out):
     raise TypeError(f"expected a jax.Array, found {type(out).__module__}.{type(out).__name__}")
 
 
-def compare_values(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> str | None:
-    """None if ``got`` matches ``want``; otherwise what differs, in one sentence."""
+def compare_values(got: np.ndarray, want: np.ndarray, rtol: float, atol: float, *,
+                   names: tuple[str, str] = ("expected", "found")) -> str | None:
+    """None if ``got`` matches ``want``; otherwise what differs, in one sentence (``names``: what
+    to call ``want`` and ``got`` in it)."""
     if tuple(got.shape) != tuple(want.shape):
         return f"expected shape {tuple(want.shape)}, found {tuple(got.shape)}"
     if got.dtype != want.dtype and not (np.issubdtype(got.dtype, np.floating)
@@ -43,7 +45,7 @@ def compare_values(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) 
     idx = np.unravel_index(int(np.argmax(err - tol)), err.shape)
     nbad = int(np.sum(err > tol))
     return (f"{nbad} of {g.size} values differ; worst at index {tuple(int(i) for i in idx)}: "
-            f"expected {w[idx]:.6g}, found {g[idx]:.6g}")
+            f"{names[0]} {w[idx]:.6g}, {names[1]} {g[idx]:.6g}")
 
 
 def _position(mesh, device) -> str:
@@ -73,12 +75,13 @@ def copies_disagree(out, mesh, rtol: float, atol: float) -> str | None:
     for shards in groups.values():
         first = np.asarray(shards[0].data)
         for other in shards[1:]:
-            msg = compare_values(np.asarray(other.data), first, rtol, atol)
+            msg = compare_values(np.asarray(other.data), first, rtol, atol,
+                                 names=("first copy", "this copy"))
             if msg is not None:
                 return (f"the devices holding copies of the output block "
                         f"{_block(shards[0].index, out.shape)} disagree: the one at "
                         f"{_position(mesh, other.device)} differs from the one at "
-                        f"{_position(mesh, shards[0].device)} ({msg.replace('expected', 'first copy', 1).replace('found', 'this copy', 1)}). "
+                        f"{_position(mesh, shards[0].device)} ({msg}). "
                         "A result replicated over a mesh axis must be the same on every device "
                         "along it (with check_vma=False JAX does not check this); compare the "
                         "pieces of out.addressable_shards")

@@ -3,8 +3,9 @@
 `check(name, fn)` runs your function on small random inputs on every course mesh, compares the
 result, values and output sharding, with the NumPy reference the grader uses, and runs the
 grader's structure rules on your program; `memory_profile` compiles it at the grader's memory
-case beside the bound; `tpu_profile` models it with the grader's TPU model. The modules next to this file are copies of the course package's own. Importing the package
-sets up 8 devices (emulated on CPU where needed).
+case beside the bound; `tpu_profile` models it with the grader's TPU model. The modules next to
+this file are copies of the course package's own. Importing the package sets up 8 devices
+(emulated on CPU where needed).
 """
 from .devices import describe_devices, setup_devices
 from .meshes import make_mesh

@@ -121,10 +121,10 @@ def memory_profile(name: str, fn):
 
     import jax
     import numpy as np
-    from jax.sharding import NamedSharding
 
     from .meshes import make_mesh
     from .public import _table, problem
+    from .tpumodel.profile import case_args
 
     bar = _table()[name].get("memory")
     if bar is None:
@@ -133,22 +133,13 @@ def memory_profile(name: str, fn):
     entry = problem(name)
     x, y = bar["layout"]
     mesh = make_mesh(x, y)
-    raw = entry.case(np.random.default_rng(0), x, y, "memory").args
-    args = []
-    for a, spec in zip(raw, entry.in_specs, strict=True):
-        if spec is None:
-            args.append(a)
-            continue
-        place = (NamedSharding(mesh, spec) if entry.uses_mesh
-                 else jax.sharding.SingleDeviceSharding(mesh.devices.flat[0]))
-        args.append(jax.ShapeDtypeStruct(np.shape(a), np.asarray(a).dtype, sharding=place))
+    args = case_args(entry, mesh, size="memory")
     f = functools.partial(fn, mesh=mesh) if entry.uses_mesh else fn
-    static = tuple(i for i, s in enumerate(entry.in_specs) if s is None)
-    stats = jax.jit(f, static_argnums=static).lower(*args).compile().memory_analysis()
+    stats = jax.jit(f, static_argnums=entry.static_argnums).lower(*args).compile().memory_analysis()
     if stats is None:
         print(f"{name}: this JAX does not report compiled memory figures")
         return None
-    shapes = ", ".join(f"{k}{list(np.shape(a))}" for k, a in zip(_table()[name]["args"], raw))
+    shapes = ", ".join(f"{k}{list(np.shape(a))}" for k, a in zip(_table()[name]["args"], args))
     where = f" on mesh {x}x{y}, per device," if entry.uses_mesh else ""
     return MemoryProfile(name, f"{where} with {shapes}", int(stats.temp_size_in_bytes),
                          bar["bound"], bar["what"])

@@ -207,10 +207,11 @@ def _mesh(mesh):
     return mesh
 
 
-def case_args(problem, mesh, *, shape=None, dtype=None, seed: int = 0) -> list:
-    """Arguments for ``problem`` on ``mesh``: the registry's 'speed' case, or arrays of the given
-    ``shape`` (B, D, F for the matmul problems), cast to ``dtype``; placed with the problem's
-    shardings."""
+def case_args(problem, mesh, *, shape=None, dtype=None, seed: int = 0,
+              size: str = "speed") -> list:
+    """Arguments for ``problem`` on ``mesh``: the registry's case of this ``size`` ('speed' or
+    'memory'), or arrays of the given ``shape`` (B, D, F for the matmul problems), cast to
+    ``dtype``; placed with the problem's shardings."""
     import jax
     import jax.numpy as jnp
     from jax.sharding import NamedSharding
@@ -224,7 +225,7 @@ def case_args(problem, mesh, *, shape=None, dtype=None, seed: int = 0) -> list:
         sizes = dict(zip(SHAPE_LETTERS, shape))
         raw = [np.zeros(tuple(sizes[c] for c in d), np.float32) for d in dims]
     else:
-        raw = list(problem.case(np.random.default_rng(seed), x, y, "speed").args)
+        raw = list(problem.case(np.random.default_rng(seed), x, y, size).args)
     out = []
     for a, spec in zip(raw, problem.in_specs):
         if spec is None or not isinstance(a, np.ndarray):
