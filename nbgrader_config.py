@@ -21,8 +21,8 @@ c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedE
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 
 # Autograding never runs student code in a kernel here: the notebook runs in the sandbox and the
-# hidden cells' points come from the trusted grader (autograder.nbgrader_plugin.GradeInSandbox).
-from autograder.nbgrader_plugin import configure  # noqa: E402
+# hidden cells' points come from the trusted grader (autograder.classroom.nbgrader_plugin.GradeInSandbox).
+from autograder.classroom.nbgrader_plugin import configure  # noqa: E402
 
 configure(c)
 c.GradeInSandbox.cell_timeout = 300

@@ -34,9 +34,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from autograder import registry  # noqa: E402
-from autograder.batch import grade_all  # noqa: E402
-from autograder.sandbox import Limits, Options, warm_cache  # noqa: E402
+from autograder.classroom.batch import grade_all  # noqa: E402
+from autograder.course import registry  # noqa: E402
+from autograder.supervisor.options import Limits, Options
+from autograder.supervisor.supervise import warm_cache  # noqa: E402
 
 #: correct answers other than the reference (full marks), by assignment
 ALTERNATIVES = {

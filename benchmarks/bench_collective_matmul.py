@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from autograder.devices import platform, setup_devices  # noqa: E402
+from autograder.core.devices import platform, setup_devices  # noqa: E402
 
 setup_devices()
 
@@ -31,8 +31,8 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from jax.sharding import NamedSharding  # noqa: E402
 
-from autograder import registry  # noqa: E402
-from autograder.meshes import make_mesh  # noqa: E402
+from autograder.core.meshes import make_mesh  # noqa: E402
+from autograder.course import registry  # noqa: E402
 
 FUNCS = {
     "ps3_collective_matmul": ("matmul_allgather", "matmul_allreduce", "matmul_reducescatter",

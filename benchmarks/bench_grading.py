@@ -36,9 +36,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from autograder import registry  # noqa: E402
-from autograder.batch import grade_all  # noqa: E402
-from autograder.sandbox import Limits, Options  # noqa: E402
+from autograder.classroom.batch import grade_all  # noqa: E402
+from autograder.course import registry  # noqa: E402
+from autograder.supervisor.options import Limits, Options  # noqa: E402
 
 
 def _spin(stop):

@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from autograder.devices import setup_devices  # noqa: E402
+from autograder.core.devices import setup_devices  # noqa: E402
 
 setup_devices()
 
@@ -28,9 +28,9 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 from jax.sharding import NamedSharding  # noqa: E402
 
-from autograder import registry  # noqa: E402
-from autograder.meshes import make_mesh  # noqa: E402
-from autograder.references import ps2_moe as ref  # noqa: E402
+from autograder.core.meshes import make_mesh  # noqa: E402
+from autograder.course import registry  # noqa: E402
+from autograder.course.references import ps2_moe as ref  # noqa: E402
 from solutions import ps2_moe as sol  # noqa: E402
 
 

@@ -27,8 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from autograder import registry  # noqa: E402
-from autograder.cli import grade_path  # noqa: E402
+from autograder.cli.main import grade_path  # noqa: E402
+from autograder.course import registry  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -44,7 +44,8 @@ def main(argv=None) -> int:
     trace = scratch / "timings.jsonl"
     os.environ["AUTOGRADER_TIMINGS"] = str(trace)
     os.environ["AUTOGRADER_CACHE_DIR"] = str(scratch / "cache")
-    from autograder.sandbox import Options, warm_cache
+    from autograder.supervisor.options import Options
+    from autograder.supervisor.supervise import warm_cache
 
     t0 = time.perf_counter()
     warm_cache(Options(isolation=not a.no_isolation, with_speed=not a.no_speed))

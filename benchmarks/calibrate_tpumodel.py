@@ -21,15 +21,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from autograder.devices import setup_devices  # noqa: E402
+from autograder.core.devices import setup_devices  # noqa: E402
 
 setup_devices()
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
-from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
+from jax.sharding import NamedSharding  # noqa: E402
+from jax.sharding import PartitionSpec as P
 
-from autograder.meshes import make_mesh  # noqa: E402
+from autograder.core.meshes import make_mesh  # noqa: E402
 from autograder.tpumodel.api import model_function  # noqa: E402
 from autograder.tpumodel.plot import plot_timelines  # noqa: E402
 from benchmarks import collective_matmuls as cm  # noqa: E402
@@ -87,8 +88,8 @@ RINGS = (("matmul_allgather", ((1024, 2048), (2048, 8192))),
 
 def ring_table(chip="v5e") -> list[str]:
     """Markdown rows: each reference answer of ps3/ps4 and jit's baseline, modeled."""
-    from autograder import registry
-    from autograder.loader import load
+    from autograder.core.loader import load
+    from autograder.course import registry
     from autograder.tpumodel.api import compare
 
     mesh = make_mesh(2, 4)
@@ -182,8 +183,8 @@ def limits_table(chip="v5e") -> list[str]:
 
     import numpy as np
 
-    from autograder import registry
-    from autograder.loader import load
+    from autograder.core.loader import load
+    from autograder.course import registry
     from autograder.tpumodel.api import compare
 
     root = Path(__file__).resolve().parent.parent

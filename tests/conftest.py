@@ -8,7 +8,8 @@ import pytest
 # The trusted side's class-wide cache: one per test session, never the user's own.
 os.environ.setdefault("AUTOGRADER_CACHE_DIR", tempfile.mkdtemp(prefix="autograder-cache-"))
 
-from autograder.devices import setup_devices
+from autograder.core.devices import setup_devices
+from autograder.supervisor import local
 
 setup_devices()
 
@@ -22,18 +23,18 @@ def root() -> Path:
 
 
 def load_fixture(area: str, name: str):
-    from autograder.loader import load
+    from autograder.core.loader import load
 
     return load(FIXTURES / area / f"{name}.py", statement_timeout=5, total_timeout=20)
 
 
 def grade(area: str, fixture: str, function: str, **kw):
     """Grade one function of a fixture file in-process (no speed check unless asked)."""
-    from autograder import grading, registry
+    from autograder.course import registry
 
     kw.setdefault("with_speed", False)
     loaded = load_fixture(area, fixture)
-    return grading.grade_function(registry.get(function), loaded.function(function), **kw)
+    return local.grade_function(registry.get(function), loaded.function(function), **kw)
 
 
 def check_of(result, name):

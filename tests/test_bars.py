@@ -6,8 +6,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from autograder import bars, registry
-from autograder.rules_ring import ring_budget
+from autograder.course import bars, registry
+from autograder.course.rules.ring import ring_budget
 
 NAMES = [p.name for p in registry.problems()]
 
@@ -58,8 +58,8 @@ def test_memory_bound_at_the_grading_shape():
 
 def test_the_bar_says_measured_checks_need_the_right_answer():
     """Memory and speed run the function at their own shapes and check its answer there."""
-    from autograder import registry
-    from autograder.bars import bar
+    from autograder.course import registry
+    from autograder.course.bars import bar
 
     for p in registry.problems():
         measured = [n for n in p.check_names if n in ("memory", "speed")]

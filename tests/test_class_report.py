@@ -1,6 +1,6 @@
 """The class report's parts on hand-made reports (the page grade-all writes is checked, in a
 browser too, by tests/test_batch.py)."""
-from autograder import class_report as cr
+from autograder.classroom import class_report as cr
 
 
 def _hand_in(student, score, checks, **kw):

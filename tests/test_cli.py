@@ -50,7 +50,7 @@ def test_hang_on_import_is_bounded_and_keeps_other_definitions():
 
 
 def test_worker_killed_by_time_limit_reports_every_function(tmp_path):
-    from autograder.cli import grade_path
+    from autograder.cli.main import grade_path
 
     sub = tmp_path / "ps1_sharding_sleepy.py"
     sub.write_text("import time\n\ndef roll_diff(A, shift, mesh):\n    time.sleep(600)\n")
@@ -74,8 +74,8 @@ def test_missing_file_is_an_error_exit():
 
 
 def test_list_prints_the_bar_of_named_functions():
-    from autograder import registry
-    from autograder.bars import bar
+    from autograder.course import registry
+    from autograder.course.bars import bar
 
     r, _ = run_cli("list", "moe_topk", "roll_diff")
     assert r.returncode == 0, r.stderr

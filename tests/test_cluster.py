@@ -21,8 +21,8 @@ import pytest
 
 distributed = pytest.importorskip("distributed")
 
-from autograder import batch, cluster  # noqa: E402
-from autograder.sandbox import Limits, Options  # noqa: E402
+from autograder.classroom import batch, cluster  # noqa: E402
+from autograder.supervisor.options import Limits, Options  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTION = (ROOT / "solutions" / "ps1_sharding.py").read_text()
@@ -328,7 +328,7 @@ def test_task_files_and_checks(tmp_path):
 
 
 def test_worker_without_isolation_sends_an_error(tmp_path, monkeypatch):
-    from autograder import isolation
+    from autograder.isolation import sandbox as isolation
 
     item = batch.discover(make_class(tmp_path / "cls"))[0]
     task = cluster.GradeTask.of(item, _opts().to_dict(), grader=batch.grader_hash())
@@ -342,7 +342,7 @@ def test_worker_without_isolation_sends_an_error(tmp_path, monkeypatch):
 
 
 def test_worker_cache_dir(tmp_path, monkeypatch):
-    from autograder.sandbox import default_cache_dir
+    from autograder.supervisor.options import default_cache_dir
 
     monkeypatch.setenv("AUTOGRADER_CACHE_DIR", str(tmp_path / "mine"))
     assert cluster.worker_cache_dir(None, True) is None
@@ -352,7 +352,7 @@ def test_worker_cache_dir(tmp_path, monkeypatch):
 
 
 def test_cli_without_distributed(tmp_path, monkeypatch):
-    from autograder.cli import main
+    from autograder.cli.main import main
 
     monkeypatch.setitem(sys.modules, "distributed", None)  # import fails
     (tmp_path / "cls").mkdir()

@@ -6,10 +6,11 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import ROOT
 
-from autograder import doctor, isolation, versions
+from autograder.cli import doctor
+from autograder.core import versions
+from autograder.isolation import sandbox as isolation
 
 
 @pytest.fixture
@@ -106,7 +107,7 @@ def test_pyproject_declares_the_same_range():
 
 
 def test_setup_stops_on_a_jax_older_than_the_range():
-    from autograder.devices import setup_devices
+    from autograder.core.devices import setup_devices
 
     with pytest.raises(versions.JaxTooOld) as e:
         versions.require_jax("0.4.33")
@@ -119,7 +120,7 @@ def test_setup_stops_on_a_jax_older_than_the_range():
 def test_setup_cell_describes_jax_and_devices():
     import jax
 
-    from autograder.devices import describe_devices
+    from autograder.core.devices import describe_devices
 
     text = describe_devices()
     assert text.startswith(f"JAX {jax.__version__}")

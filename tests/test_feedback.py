@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from autograder import checks, grading, registry
-from autograder.exporting import cap_lines
-from autograder.loader import load
-from autograder.results import CheckResult, FunctionResult
+from autograder.core.errors import cap_lines
+from autograder.core.loader import load
+from autograder.core.results import CheckResult, FunctionResult
+from autograder.course import checks, registry
+from autograder.supervisor import local as in_process
 
 GRADED = frozenset(p.name for p in registry.problems())
 
@@ -132,7 +133,7 @@ def vma_result(tmp_path_factory):
     path = tmp_path_factory.mktemp("vma") / "vma.py"
     path.write_text(VMA)
     fn = load(path).function("matmul_allgather")
-    return grading.grade_function(registry.get("matmul_allgather"), fn, seed=1, quick=True,
+    return in_process.grade_function(registry.get("matmul_allgather"), fn, seed=1, quick=True,
                                   with_speed=True)
 
 
@@ -156,7 +157,7 @@ def test_raising_on_one_mesh_skips_the_layout_check(root):
     """The hard-coded ring runs on 2x4 and raises on 4x2: its sharding is not judged."""
     fn = load(root / "tests" / "fixtures" / "ps3" / "hardcoded_axis.py").function(
         "matmul_allgather")
-    res = grading.grade_function(registry.get("matmul_allgather"), fn, seed=1, quick=True,
+    res = in_process.grade_function(registry.get("matmul_allgather"), fn, seed=1, quick=True,
                                  with_speed=False)
     assert "on mesh 4x2" in res.checks[0].message
     assert [c.mark for c in res.checks] == ["FAIL"] + ["SKIP"] * (len(res.checks) - 1)
@@ -176,7 +177,7 @@ def test_a_skipped_check_round_trips():
 def test_a_failing_ring_rule_leads_with_the_fix(root):
     fn = load(root / "tests" / "fixtures" / "ps3" / "monolithic_allgather.py").function(
         "matmul_allgather")
-    res = grading.grade_function(registry.get("matmul_allgather"), fn, seed=1, quick=True,
+    res = in_process.grade_function(registry.get("matmul_allgather"), fn, seed=1, quick=True,
                                  with_speed=False)
     st = next(c for c in res.checks if c.name == "structure")
     assert st.message.startswith("on mesh 2x4: send the data in chunks with ppermute"), st.message

@@ -2,7 +2,7 @@
 import nbformat
 from nbformat.v4 import new_code_cell, new_notebook
 
-from autograder.loader import load
+from autograder.core.loader import load
 
 
 def test_notebook_skips_demos_magics_and_bad_cells(tmp_path):

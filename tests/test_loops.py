@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from autograder.devices import setup_devices
+from autograder.core.devices import setup_devices
 
 setup_devices()
 
@@ -18,10 +18,13 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
-from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
+from jax.sharding import NamedSharding  # noqa: E402
+from jax.sharding import PartitionSpec as P
 
-from autograder import grading, loader, registry  # noqa: E402
-from autograder.meshes import make_mesh  # noqa: E402
+from autograder.core import loader
+from autograder.core.meshes import make_mesh  # noqa: E402
+from autograder.course import registry  # noqa: E402
+from autograder.supervisor import local
 from autograder.tpumodel import loops  # noqa: E402
 from autograder.tpumodel.api import model_function  # noqa: E402
 from autograder.tpumodel.hlo import DataDependentLoop, ModelError  # noqa: E402
@@ -149,7 +152,7 @@ def test_counting_never_trusts_the_program_text():
 
 def _speed(path: Path, name: str):
     ns = loader.load(str(path)).namespace
-    res = grading.grade_function(registry.get(name), ns[name], quick=True, with_speed=True,
+    res = local.grade_function(registry.get(name), ns[name], quick=True, with_speed=True,
                                  seed=7)
     return next(c for c in res.checks if c.name == "speed")
 

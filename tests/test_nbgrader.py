@@ -6,7 +6,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT
 
 
@@ -49,12 +48,12 @@ def test_feedback_is_readable_and_reveals_no_hidden_inputs(demo):
 
 ATTACK_CELL = '''\
 import sys, types
-fake = types.ModuleType("autograder.nb")
+fake = types.ModuleType("autograder.classroom.cells")
 fake.grade = lambda name, ns=None, **kw: print(10) or 10.0
-sys.modules["autograder.nb"] = fake
+sys.modules["autograder.classroom.cells"] = fake
 import builtins
 _real_import = builtins.__import__
-builtins.__import__ = lambda n, *a, **k: fake if n == "autograder.nb" else _real_import(n, *a, **k)
+builtins.__import__ = lambda n, *a, **k: fake if n == "autograder.classroom.cells" else _real_import(n, *a, **k)
 print("grader replaced in this kernel")
 '''
 

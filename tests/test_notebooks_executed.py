@@ -12,9 +12,8 @@ import shutil
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
-
 from conftest import ROOT
+from nbclient import NotebookClient
 
 ASSIGNMENTS = sorted(p.stem for p in (ROOT / "notebooks").glob("ps*.py"))
 #: an executed notebook, outputs included, must stay below this (issue #11: 552 KB before)
@@ -74,7 +73,7 @@ def test_no_cell_shows_an_error(executed):
 
 
 def test_every_public_check_passes(executed):
-    from autograder import registry
+    from autograder.course import registry
 
     asg, nb, _ = executed
     printed = {_grade_id(c): "".join(o.get("text", "") for o in c.get("outputs", []))
@@ -96,7 +95,7 @@ def test_executed_notebook_stays_small(executed):
 def test_every_problem_states_its_bar(executed):
     """The generated "what the grader checks" cell comes before the cell of each graded
     function's answer."""
-    from autograder import bars, registry
+    from autograder.course import bars, registry
 
     asg, nb, _ = executed
     for p in registry.problems(asg):

@@ -7,10 +7,11 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import pytest
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
-from autograder import registry
-from autograder.meshes import make_mesh
+from autograder.core.meshes import make_mesh
+from autograder.course import registry
 from autograder.tpumodel import profile
 from autograder.tpumodel.cost import Task
 from autograder.tpumodel.profile import critical_path
@@ -92,7 +93,7 @@ def _local(A, W, mesh):
 def test_profile_of_a_program_that_sends_nothing(args):
     """No transfer: the text says so instead of calling the communication hidden."""
     mesh, a = args
-    text = repr(profile(_local, "matmul_allgather", mesh, a, png=None))
+    text = repr(profile(_local, registry.get("matmul_allgather"), mesh, a, png=None))
     assert "nothing is sent between devices" in text and "hidden" not in text
 
 
@@ -115,6 +116,6 @@ def _unrolled(A, W, mesh):
 def test_profile_counts_an_unrolled_loop_by_kind(args):
     """The critical-path line names a handful of task kinds, not one entry per iteration."""
     mesh, a = args
-    text = repr(profile(_unrolled, "matmul_allgather", mesh, a, png=None))
+    text = repr(profile(_unrolled, registry.get("matmul_allgather"), mesh, a, png=None))
     path = next(line for line in text.splitlines() if "critical path" in line)
     assert "[" not in path and len(path) < 300, path

@@ -3,10 +3,11 @@ import functools
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
-from autograder.meshes import make_mesh
-from autograder.program import trace
+from autograder.core.meshes import make_mesh
+from autograder.core.program import trace
 
 
 def _ring(a, n_steps, how):

@@ -1,6 +1,5 @@
 """ps1_sharding: independent correct answers get full marks; each wrong one fails for its reason."""
 import pytest
-
 from conftest import check_of, grade
 
 FULL = [
@@ -48,7 +47,7 @@ def test_wrong_layout_keeps_points_for_right_numbers():
 
 
 def test_hang_in_function_is_a_failed_check(monkeypatch):
-    from autograder import grading
+    from autograder.judge import grading
 
     monkeypatch.setattr(grading, "CALL_TIMEOUT", 2.0)
     res = grade("ps1", "hang_in_function", "roll_diff")
@@ -64,7 +63,7 @@ def test_missing_function_scores_zero_with_not_found():
 
 def test_a_hang_gets_the_same_verdicts_in_process_as_when_the_worker_is_killed(monkeypatch):
     """Every check fails for a function that never returns, however the hang was stopped."""
-    from autograder import grading
+    from autograder.judge import grading
 
     monkeypatch.setattr(grading, "CALL_TIMEOUT", 2.0)
     res = grade("ps1", "hang_in_function", "roll_diff")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from autograder.devices import setup_devices
+from autograder.core.devices import setup_devices
 
 setup_devices()
 
@@ -16,13 +16,17 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
-from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
+from jax.sharding import NamedSharding  # noqa: E402
+from jax.sharding import PartitionSpec as P
 
-from autograder import grading, loader, registry  # noqa: E402
-from autograder.meshes import make_mesh  # noqa: E402
-from autograder import rules_moe  # noqa: E402
-from autograder.program import trace  # noqa: E402
-from autograder.references import ps2_moe as ref  # noqa: E402
+from autograder.core import loader
+from autograder.core.meshes import make_mesh  # noqa: E402
+from autograder.core.program import trace  # noqa: E402
+from autograder.course import registry  # noqa: E402
+from autograder.course.references import ps2_moe as ref  # noqa: E402
+from autograder.course.rules import moe as rules_moe  # noqa: E402
+from autograder.judge import grading
+from autograder.supervisor import local
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = Path(__file__).resolve().parent / "fixtures" / "ps2_moe"
@@ -35,7 +39,7 @@ def _ns(path: str) -> dict:
 
 
 def grade(path: Path, name: str, *, quick: bool = True):
-    return grading.grade_function(registry.get(name), _ns(str(path)).get(name), quick=quick,
+    return local.grade_function(registry.get(name), _ns(str(path)).get(name), quick=quick,
                                   with_speed=False)
 
 
@@ -200,7 +204,7 @@ def test_exchange_padded_to_s_fails_memory():
 def test_one_round_without_a_loop_fails_the_many_rounds_edge_case():
     """Every small random case fits in one round of 128; the edge case with 320 tokens per
     X-group does not, in the hidden grade and in the public self-check alike."""
-    from autograder import public
+    from autograder.public import check as public
 
     path = FIX / "wrong_one_round.py"
     assert check(grade(path, "moe_all_to_all", quick=True), "numerics").passed
@@ -211,7 +215,7 @@ def test_one_round_without_a_loop_fails_the_many_rounds_edge_case():
 
 
 def test_topk_sum_fails_numerics_through_cli():
-    from autograder.cli import grade_path
+    from autograder.cli.main import grade_path
 
     res = grade_path(FIX / "wrong_topk_sum.py", "ps2_moe", quick=True, with_speed=False)
     d = res.to_dict()
@@ -225,7 +229,7 @@ def test_topk_sum_fails_numerics_through_cli():
 def test_big_inputs_get_the_same_work():
     """The memory and speed cases have public shapes: a function that returns zeros for big
     inputs fails both for computing the wrong answer there, after passing the numerics."""
-    res = grading.grade_function(registry.get("moe_local"),
+    res = local.grade_function(registry.get("moe_local"),
                                  _ns(str(FIX / "wrong_big_inputs.py"))["moe_local"], quick=True)
     assert check(res, "numerics").passed
     for name in ("memory", "speed"):
@@ -243,7 +247,7 @@ def test_memory_profile_shows_the_graders_figure_and_bound(path, name):
     grader's bound: the same MiB figure and the same verdict as the hidden memory check."""
     import re
 
-    from autograder.notebook_tools import memory_profile
+    from autograder.public.tools import memory_profile
 
     prof = memory_profile(name, _ns(str(path))[name])
     mem = check(grade(path, name), "memory")

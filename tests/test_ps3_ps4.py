@@ -11,12 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from autograder.devices import setup_devices
+from autograder.core.devices import setup_devices
 
 setup_devices()
 
-from autograder import grading, registry  # noqa: E402
-from autograder.loader import load  # noqa: E402
+from autograder.core.loader import load  # noqa: E402
+from autograder.course import registry  # noqa: E402
+from autograder.supervisor import local
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = Path(__file__).resolve().parent / "fixtures"
@@ -30,7 +31,7 @@ def _ns(path: Path) -> dict:
 
 
 def _grade(name, fn, quick):
-    return grading.grade_function(registry.get(name), fn, quick=quick, with_speed=False)
+    return local.grade_function(registry.get(name), fn, quick=quick, with_speed=False)
 
 
 def _check(res, name):
@@ -140,7 +141,7 @@ def test_wrong_answers_fail_the_named_check(fixture, name, check, words):
 def test_the_self_check_reads_every_copy_of_a_replicated_output():
     """The public check, like the grader, compares the copies each device holds, not only the
     one the host reads."""
-    from autograder import public
+    from autograder.public import check as public
 
     fn = _ns(FIX / "ps4/device0_placement.py")["matmul_allreduce_bidirectional"]
     with pytest.raises(AssertionError, match="disagree: the one at X=0, Y=1"):
@@ -150,7 +151,7 @@ def test_the_self_check_reads_every_copy_of_a_replicated_output():
 def test_big_inputs_get_the_same_work():
     """A ring that drops its communication once inputs reach the (public) speed shape passes
     numerics, sharding and structure, and fails speed for computing the wrong answer there."""
-    res = grading.grade_function(registry.get("matmul_allgather"),
+    res = local.grade_function(registry.get("matmul_allgather"),
                                  _ns(FIX / "ps3" / "wrong_big_inputs.py")["matmul_allgather"],
                                  quick=True)
     assert [c.name for c in res.checks if not c.passed] == ["speed"], res.report()
@@ -171,8 +172,8 @@ def _trace(fn, layout, name):
     import jax
     from jax.sharding import NamedSharding
 
-    from autograder.meshes import make_mesh
-    from autograder.program import trace
+    from autograder.core.meshes import make_mesh
+    from autograder.core.program import trace
 
     p = registry.get(name)
     mesh = make_mesh(*layout)
@@ -224,7 +225,7 @@ def test_while_trip_count_forms():
     import jax
     import jax.numpy as jnp
 
-    from autograder.program import flatten
+    from autograder.core.program import flatten
 
     def counts(f):
         jaxpr = jax.make_jaxpr(f)(jnp.ones(3))
@@ -254,7 +255,7 @@ def test_no_communication_with_one_device_on_y():
 # -- through the command line ------------------------------------------------------------
 
 def test_cli_grades_a_fixture_to_json():
-    from autograder.cli import grade_path
+    from autograder.cli.main import grade_path
 
     res = grade_path(FIX / "ps3" / "single_psum.py", "ps3_collective_matmul", quick=True,
                      with_speed=False).to_dict()

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from autograder import records as R
+from autograder.core import records as R
 
 
 def _roundtrip(rec):

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT
 
 ASSIGNMENTS = sorted(p.stem for p in (ROOT / "notebooks").glob("ps*.py"))
@@ -59,7 +58,7 @@ def test_release_matches_nbgrader_output(asg, regenerated):
     committed = ROOT / "release" / asg
     fresh = regenerated / asg
     names = _files(fresh)
-    assert "selfcheck/__init__.py" in names and "selfcheck/public.py" in names, names
+    assert "selfcheck/__init__.py" in names and "selfcheck/public/check.py" in names, names
     assert _files(committed) == names, "run `make release`"
     for name in names:
         if name.endswith(".ipynb"):
@@ -82,7 +81,7 @@ def test_release_reveals_no_solutions_or_hidden_tests(asg):
 
     release = ROOT / "release" / asg
     text = "\n".join((release / name).read_text() for name in _files(release))
-    for marker in ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "autograder.nb"):
+    for marker in ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "autograder.classroom.cells"):
         assert marker not in text, f"{marker!r} leaked into release/{asg}"
     for body in solution_bodies(asg):
         assert body not in text, f"solution code leaked into release/{asg}:\n{body}"
@@ -90,13 +89,25 @@ def test_release_reveals_no_solutions_or_hidden_tests(asg):
 
 @pytest.mark.parametrize("asg", ASSIGNMENTS)
 def test_release_stubs_raise_not_implemented(asg):
-    from autograder.loader import load
+    from autograder.core.loader import load
 
     loaded = load(ROOT / "release" / asg / f"{asg}.ipynb")
-    from autograder import registry
+    from autograder.course import registry
 
     for p in registry.problems(asg):
         fn = loaded.function(p.name)
         assert fn is not None, p.name
         with pytest.raises(NotImplementedError):
             fn(*([None] * len(p.arg_names)), **({"mesh": None} if p.uses_mesh else {}))
+
+
+@pytest.mark.parametrize("asg", ASSIGNMENTS)
+def test_selfcheck_holds_the_students_part_only(asg):
+    """A release folder's selfcheck/ carries the shared vocabulary, the course's public content,
+    the self-check and the model; none of the trust boundary's machinery."""
+    names = _files(ROOT / "release" / asg)
+    parts = {n.split("/")[1] for n in names if n.startswith("selfcheck/") and n.count("/") > 1}
+    assert parts <= {"core", "course", "public", "tpumodel"}, parts
+    for machinery in ("core/records.py", "core/identity.py", "course/registry.py",
+                      "course/problems/"):
+        assert not any(n.startswith(f"selfcheck/{machinery}") for n in names), machinery

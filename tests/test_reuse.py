@@ -1,4 +1,4 @@
-"""Identical programs are graded once per run (autograder/reuse.py), and only identical ones.
+"""Identical programs are graded once per run (autograder/judge/reuse.py), and only identical ones.
 
 The canonical form must not see what a student may change without changing the program (names,
 comments, helpers, the file), and must see everything else; a reused verdict must be exactly the
@@ -10,11 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from autograder import grading, registry
-from autograder.artifacts import LocalExporter, load_artifact
-from autograder.batch import grade_all
-from autograder.reuse import VerdictStore, artifact_digest, canonical, function_key
-from autograder.sandbox import Limits, Options
+from autograder.classroom.batch import grade_all
+from autograder.course import registry
+from autograder.judge import grading
+from autograder.judge.artifacts import load_artifact
+from autograder.judge.reuse import (
+    VerdictStore,
+    artifact_digest,
+    canonical,
+    function_key,
+)
+from autograder.supervisor.options import Limits, Options
+from autograder.worker.local import LocalExporter
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -187,3 +194,14 @@ def test_the_class_cache_works_from_any_folder_and_any_out(tmp_path):
     assert second["score"] == first["score"] == 10.0
     assert (tmp_path / "class-cache" / "isolated" / "xla").is_dir()
     assert not list((tmp_path / "one").rglob("*xla*"))
+
+
+def test_the_grader_hash_covers_every_part_of_the_grader():
+    """Reports and verdicts are keyed by the grader's own files: all of them, whichever folder."""
+    from autograder.core.identity import PACKAGE, grader_files
+
+    names = {str(p.relative_to(PACKAGE)) for p in grader_files()}
+    for part in ("judge/grading.py", "course/checks.py", "course/rules/ring.py",
+                 "tpumodel/cost.py", "supervisor/supervise.py", "worker/exporting.py"):
+        assert part in names, part
+    assert not any(n.startswith("tests/") for n in names)

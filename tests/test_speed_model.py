@@ -3,12 +3,14 @@ import tempfile
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import NamedSharding, PartitionSpec as P
-
 from conftest import ROOT, check_of, grade
-from autograder import grading, registry
-from autograder.loader import load
-from autograder.meshes import make_mesh
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from autograder.core.loader import load
+from autograder.core.meshes import make_mesh
+from autograder.course import registry
+from autograder.supervisor import local
 
 
 def test_blocking_allgather_fails_speed_and_the_reference_passes():
@@ -16,12 +18,12 @@ def test_blocking_allgather_fails_speed_and_the_reference_passes():
     speed = check_of(blocking, "speed")
     assert not speed.passed and "modeled on TPU" in speed.message, speed.message
     ref = load(ROOT / "solutions" / "ps3_collective_matmul.py").function("matmul_allgather")
-    good = grading.grade_function(registry.get("matmul_allgather"), ref)
+    good = local.grade_function(registry.get("matmul_allgather"), ref)
     assert check_of(good, "speed").passed, good.report()
 
 
 def test_model_survives_the_persistent_compilation_cache():
-    from autograder.trusted import enable_cache
+    from autograder.judge.process import enable_cache
     from autograder.tpumodel.api import partitioned_hlo
 
     before = jax.config.jax_compilation_cache_dir

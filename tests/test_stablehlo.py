@@ -1,4 +1,4 @@
-"""The StableHLO reader (autograder/stablehlo.py) against the jaxpr walker (autograder/program.py).
+"""The StableHLO reader (autograder/core/stablehlo.py) against the jaxpr walker (autograder/core/program.py).
 
 Every graded function of the reference solutions and of the fixtures is traced (jaxpr) and
 exported (``jax.export``, serialized and deserialized as the trusted grader receives it) on the
@@ -19,14 +19,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
-from autograder import registry
-from autograder.loader import load
-from autograder.meshes import make_mesh
-from autograder import rules_moe
-from autograder.program import Program, trace
-from autograder.stablehlo import program_from_exported, program_from_mlir
+from autograder.core.loader import load
+from autograder.core.meshes import make_mesh
+from autograder.core.program import Program, trace
+from autograder.core.stablehlo import program_from_exported, program_from_mlir
+from autograder.course import registry
+from autograder.course.rules import moe as rules_moe
 
 ROOT = Path(__file__).resolve().parent.parent
 LAYOUTS = ((2, 4), (4, 2), (1, 8), (8, 1))
@@ -366,7 +367,7 @@ def test_replica_groups_written_as_mesh_axes():
     """Newer JAX (0.12) names a collective's groups by the axes of a module mesh instead of a
     matrix of device ids: both forms must give the same groups, in the order the axes are
     named (so the axes read back are the same on every JAX of the range)."""
-    from autograder.stablehlo import mesh_axes_groups, module_mesh
+    from autograder.core.stablehlo import mesh_axes_groups, module_mesh
 
     meshes = {"mesh_0": module_mesh('#sdy.mesh<["X"=2, "Y"=4]>'),
               "perm": module_mesh('#sdy.mesh<["X"=2, "Y"=2], device_ids=[3, 2, 1, 0]>')}

@@ -10,10 +10,9 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import ROOT
 
-from autograder import versions
+from autograder.core import versions
 
 ASSIGNMENTS = sorted(p.stem for p in (ROOT / "notebooks").glob("ps*.py"))
 
@@ -59,7 +58,7 @@ def test_release_folder_runs_on_this_jax(asg, tmp_path):
 
 
 def _public_names(asg: str) -> list[str]:
-    from autograder import registry
+    from autograder.course import registry
 
     return [p.name for p in registry.problems(asg)]
 
@@ -94,7 +93,7 @@ def test_tpu_profile_runs_from_the_release_folder(asg, tmp_path):
     the grader's limit without the course package, and the reference answers are within it."""
     import json
 
-    from autograder import registry
+    from autograder.course import registry
 
     solution = str(ROOT / "solutions" / f"{asg}.py")
     p = _run(tmp_path, asg, after=PROFILE_ALL.format(solution=solution))

@@ -9,18 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from autograder.devices import setup_devices
+from autograder.core.devices import setup_devices
 
 setup_devices()
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
+from jax.sharding import NamedSharding  # noqa: E402
+from jax.sharding import PartitionSpec as P
 
 from autograder import tpumodel  # noqa: E402
-from autograder.meshes import make_mesh  # noqa: E402
-from autograder.registry import Problem  # noqa: E402
+from autograder.core.meshes import make_mesh  # noqa: E402
+from autograder.core.problem import Problem  # noqa: E402
 from autograder.tpumodel import chips  # noqa: E402
 from autograder.tpumodel.api import compile_partitioned, model_function  # noqa: E402
 from autograder.tpumodel.cost import Geometry, Task  # noqa: E402
@@ -195,8 +195,8 @@ RINGS = {
 
 
 def _reference_model(mesh, name, shapes):
-    from autograder import registry
-    from autograder.loader import load
+    from autograder.core.loader import load
+    from autograder.course import registry
 
     problem = registry.get(name)
     fn = load(ROOT / "solutions" / f"{problem.assignment}.py").function(name)
@@ -218,8 +218,8 @@ def test_reference_ring_hides_its_transfers(mesh, name):
                                           ("psum_scatter", "matmul_reducescatter")])
 def test_blocking_collective_stays_exposed(mesh, fixture, name):
     """all_gather before the matmul, or psum_scatter after it: nothing to overlap with."""
-    from autograder import registry
-    from autograder.loader import load
+    from autograder.core.loader import load
+    from autograder.course import registry
 
     problem = registry.get(name)
     fn = load(ROOT / "tests" / "fixtures" / "ps3" / f"{fixture}.py").function(name)
@@ -396,7 +396,9 @@ def test_data_dependent_loop_is_a_model_error(mesh):
 
 # --------------------------------------------------------------- the grading hook, profile
 def _problem():
-    from autograder.references import ps1_sharding as ref  # any numpy maker; not used here
+    from autograder.course.references import (
+        ps1_sharding as ref,  # any numpy maker; not used here
+    )
 
     return Problem(name="tpumodel_test_matmul", assignment="tpumodel_test", points=1,
                    statement="", arg_names=("A", "W"), in_specs=(P("X", "Y"), P(None, "Y")),
@@ -432,7 +434,7 @@ def test_grading_modeler_and_fallback(mesh):
 
 
 def test_speed_check_uses_model(mesh):
-    from autograder import checks
+    from autograder.course import checks
 
     prob = _problem()
     a = _put(mesh, (256, 512), P("X", "Y"), jnp.bfloat16)

@@ -14,12 +14,11 @@ import time
 from pathlib import Path
 
 import pytest
-
-from autograder import isolation
-from autograder.batch import grade_all
-from autograder.sandbox import Limits, Options
-
 from conftest import ROOT
+
+from autograder.classroom.batch import grade_all
+from autograder.isolation import sandbox as isolation
+from autograder.supervisor.options import Limits, Options
 
 pytestmark = pytest.mark.skipif(not isolation.available().ok,
                                 reason=f"no isolation here: {isolation.available().how}")
@@ -64,9 +63,9 @@ def _keep():
         # patching the grader in its own process: checks, registry weights, thresholds, clocks
         "patcher": (averages + '''
 import sys, time, ctypes
-import autograder.checks, autograder.compare, autograder.registry as reg
-autograder.compare.compare_values = lambda *a, **k: None
-autograder.checks.compare_values = lambda *a, **k: None
+import autograder.course.checks, autograder.core.compare, autograder.course.registry as reg
+autograder.core.compare.compare_values = lambda *a, **k: None
+autograder.course.checks.compare_values = lambda *a, **k: None
 reg.DEFAULT_WEIGHTS["numerics"] = 0.0
 for _p in reg.problems():
     object.__setattr__(_p, "weights", {"numerics": 0.0})
@@ -77,7 +76,7 @@ import types
 sys.modules["autograder.tpumodel"] = types.ModuleType("autograder.tpumodel")
 sys.modules["__main__"].__dict__.clear()
 def roll_diff(A, shift, mesh):
-    import autograder.grading as g
+    import autograder.judge.grading as g
     g.CALL_TIMEOUT = 0
     return jax.shard_map(lambda b: b * 0, mesh=mesh, in_specs=P('X', 'Y'),
                          out_specs=P('X', 'Y'))(A)
@@ -86,7 +85,7 @@ def roll_diff(A, shift, mesh):
         "memoriser": (HEAD + '''
 import zlib
 import numpy as np
-from autograder.references import ps1_sharding as ref
+from autograder.course.references import ps1_sharding as ref
 def shard_average_jit(A, mesh):
     x = mesh.shape["X"]
     rng = np.random.default_rng([0, zlib.crc32(b"shard_average_jit")])
@@ -127,7 +126,7 @@ def _daemon():
         if os.fork() == 0:
             for _ in range(600):
                 for _p in ["{root}/tests/fixtures/class/src/body_ok.py",
-                           "/opt/grader/autograder/registry.py", "/submission/x.py",
+                           "/opt/grader/autograder/core/records.py", "/submission/x.py",
                            "{base}/cache/isolated/xla/poison", "{base}/grades.csv",
                            "{base}/reports/honest/ps1_sharding.json", "/tmp/home/x"]:
                     try:
@@ -298,7 +297,8 @@ def test_resume_reuses_only_signed_reports(hostile_class):
 
 
 def test_every_run_draws_fresh_inputs():
-    from autograder import grading, registry
+    from autograder.course import registry
+    from autograder.judge import grading
 
     p = registry.get("roll_diff")
     shapes = set()
@@ -310,7 +310,8 @@ def test_every_run_draws_fresh_inputs():
 
 
 def test_requests_carry_no_values():
-    from autograder import grading, registry
+    from autograder.course import registry
+    from autograder.judge import grading
 
     p = registry.get("roll_diff")
     plan = grading.Plan(p, 123, False, True, "cpu")
@@ -322,19 +323,19 @@ def test_requests_carry_no_values():
 
 
 def test_unknown_names_are_refused_before_any_worker(tmp_path):
-    from autograder.cli import main
+    from autograder.cli.main import main
 
     sub = tmp_path / "x.py"
     sub.write_text(HONEST)
     assert main(["grade", str(sub), "--assignment", "ps1_shardin"]) == 2
-    from autograder.sandbox import check_options
+    from autograder.supervisor.options import check_options
 
     with pytest.raises(ValueError, match="unknown graded function"):
         check_options(Options(assignment="ps1_sharding", only=["roll_dif"]))
 
 
 def test_graded_function_bound_by_assignment(tmp_path):
-    from autograder.cli import grade_path
+    from autograder.cli.main import grade_path
 
     sub = tmp_path / "ps1_sharding.py"
     sub.write_text(HONEST.replace("def roll_diff(", "def _roll(").replace(
@@ -345,7 +346,7 @@ def test_graded_function_bound_by_assignment(tmp_path):
 
 
 def test_host_callbacks_fail_clearly_and_debug_prints_cost_nothing(tmp_path):
-    from autograder.cli import grade_path
+    from autograder.cli.main import grade_path
 
     sub = tmp_path / "ps1_sharding.py"
     sub.write_text(_honest_without_roll().replace(
@@ -369,7 +370,7 @@ def roll_diff(A, shift, mesh):
 
 def test_hang_in_one_function_keeps_the_rest(tmp_path):
     """A program that never ends inside XLA (on the trusted side) loses only itself."""
-    from autograder.cli import grade_path
+    from autograder.cli.main import grade_path
 
     src = tmp_path / "sub.py"
     src.write_text(HEAD + '''
@@ -395,7 +396,7 @@ def roll_diff(A, shift, mesh):
 def test_memory_of_child_processes_counts(tmp_path):
     """Memory held by a child process the submission forks counts against the sandbox: the
     statement is stopped and skipped, the rest is graded, nothing is left running."""
-    from autograder.cli import grade_path
+    from autograder.cli.main import grade_path
 
     sub = tmp_path / "ps1_sharding.py"
     sub.write_text(HONEST + '''
@@ -420,19 +421,19 @@ def _keep():
 
 
 def test_nbgrader_student_cell_cannot_replace_the_grader(tmp_path):
-    """A cell that swaps ``autograder.nb`` in the kernel (so a hidden cell would print full
+    """A cell that swaps ``autograder.classroom.cells`` in the kernel (so a hidden cell would print full
     marks) changes nothing: hidden cells are written by the trusted side."""
     import nbformat
 
-    from autograder.nbgrader_plugin import GradeInSandbox
+    from autograder.classroom.nbgrader_plugin import GradeInSandbox
 
     cells = [
         nbformat.v4.new_code_cell(
-            "import sys, types\nm = types.ModuleType('autograder.nb')\n"
-            "m.grade = lambda *a, **k: 10\nsys.modules['autograder.nb'] = m\n"
+            "import sys, types\nm = types.ModuleType('autograder.classroom.cells')\n"
+            "m.grade = lambda *a, **k: 10\nsys.modules['autograder.classroom.cells'] = m\n"
             "import autograder\nautograder.nb = m\nprint('patched')"),
         nbformat.v4.new_code_cell(HEAD + WRONG_ROLL),
-        nbformat.v4.new_code_cell("from autograder.nb import grade\ngrade('roll_diff', globals())",
+        nbformat.v4.new_code_cell("from autograder.classroom.cells import grade\ngrade('roll_diff', globals())",
                                   metadata={"nbgrader": {"grade": True, "solution": False,
                                                          "grade_id": "grade_roll_diff",
                                                          "points": 4, "locked": True,
@@ -453,15 +454,15 @@ def test_nbgrader_student_cell_cannot_replace_the_grader(tmp_path):
 
 
 def test_refuses_without_isolation_unless_told(tmp_path, monkeypatch):
-    from autograder import sandbox
-    from autograder.cli import grade_path, main
+    from autograder.cli.main import grade_path, main
+    from autograder.supervisor.options import IsolationUnavailable
 
     sub = tmp_path / "ps1_sharding.py"
     sub.write_text(HONEST)
     monkeypatch.setattr(isolation, "available",
                         lambda: isolation.Availability(False, "no bwrap (test)"))
     assert main(["grade", str(sub)]) == 2
-    with pytest.raises(sandbox.IsolationUnavailable):
+    with pytest.raises(IsolationUnavailable):
         grade_path(sub, "ps1_sharding", quick=True, with_speed=False)
     res = grade_path(sub, "ps1_sharding", quick=True, with_speed=False, isolation=False,
                      only=["roll_diff"])

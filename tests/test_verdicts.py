@@ -48,7 +48,7 @@ def submissions() -> list[tuple[str, str]]:
 
 @functools.lru_cache(maxsize=None)
 def _loaded(path: str):
-    from autograder.loader import load
+    from autograder.core.loader import load
 
     return load(ROOT / path, statement_timeout=5, total_timeout=20)
 
@@ -57,7 +57,7 @@ def entries() -> list[tuple[str, str]]:
     """(path, function) for every graded function each submission defines."""
     import ast
 
-    from autograder import registry
+    from autograder.course import registry
 
     out = []
     for path, asg in submissions():
@@ -79,10 +79,11 @@ def speed_basis(check) -> str:
 
 def verdict(path: str, function: str) -> dict:
     """{'checks': {check: passed}, 'speed basis': ...} of one function, graded in-process."""
-    from autograder import grading, registry
+    from autograder.course import registry
+    from autograder.supervisor import local
 
-    res = grading.grade_function(registry.get(function), _loaded(path).function(function),
-                                 seed=SEED, quick=True, with_speed=True)
+    res = local.grade_function(registry.get(function), _loaded(path).function(function),
+                               seed=SEED, quick=True, with_speed=True)
     out: dict = {"checks": {c.name: bool(c.passed) for c in res.checks}}
     speed = next((c for c in res.checks if c.name == "speed"), None)
     if speed is not None and not speed.message.startswith("not checked"):
@@ -137,7 +138,7 @@ def test_the_self_check_agrees_on_structure(path, function):
     """The public check runs the grader's structure rules: a program the table fails on
     structure fails the self-check with a structure message, and one it passes is not failed
     on structure (the self-check may still catch wrong values on its own small cases)."""
-    from autograder import public
+    from autograder.public import check as public
 
     want = recorded()[key(path, function)]["checks"]
     if not (want["numerics"] and want.get("sharding", True)):

@@ -1,6 +1,4 @@
 """Helpers for tests that look inside solutions/."""
-import ast
-import textwrap
 
 from conftest import ROOT
 

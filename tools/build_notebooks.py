@@ -7,7 +7,7 @@ A template is a "percent" script: ``# %% [markdown]`` cells (lines prefixed with
 ``# %%`` code cells, ``# %% [solution] name ...`` cells filled with those functions from
 ``solutions/<assignment>.py`` (the single source of the answers, with nbgrader's BEGIN/END
 SOLUTION markers), each preceded by what the grader checks for every function it defines
-(:func:`autograder.bars.bar`, read from the registry), and ``# %% [check] name`` cells, which
+(:func:`autograder.course.bars.bar`, read from the registry), and ``# %% [check] name`` cells, which
 become a visible public check and a hidden autograder cell worth the registry's points.
 
 Next to the notebook the builder writes a pytest file and the ``selfcheck/`` package: the course
@@ -52,7 +52,7 @@ print(describe_devices())'''
 HIDDEN = '''\
 # The course autograder grades `{name}` here when your notebook is collected.
 ### BEGIN HIDDEN TESTS
-from autograder.nb import grade
+from autograder.classroom.cells import grade
 grade("{name}", globals())
 ### END HIDDEN TESTS'''
 
@@ -130,7 +130,7 @@ def solution_sources(asg: str) -> dict[str, str]:
 
 
 def build_notebook(asg: str):
-    from autograder import bars, registry
+    from autograder.course import bars, registry
 
     registry.load_all()
 
@@ -179,11 +179,11 @@ def build_notebook(asg: str):
 #: what the package ``selfcheck`` exposes (the names the notebooks and the pytest file import),
 #: by the module of the course package that defines them
 EXPORTS = {
-    "devices": ("describe_devices", "setup_devices"),
-    "meshes": ("make_mesh",),
-    "notebook_tools": ("compiled_collectives", "memory_profile", "time_vs_jit", "tpu_profile",
-                       "written_collectives"),
-    "public": ("PUBLIC", "check", "load_functions"),
+    "core.devices": ("describe_devices", "setup_devices"),
+    "core.meshes": ("make_mesh",),
+    "public.tools": ("compiled_collectives", "memory_profile", "time_vs_jit", "tpu_profile",
+                     "written_collectives"),
+    "public.check": ("PUBLIC", "check", "load_functions"),
 }
 PACKAGE = "selfcheck"
 
@@ -249,7 +249,8 @@ def package_modules(roots) -> list[str]:
 
 def build_selfcheck(asg: str) -> dict[str, str]:
     """The ``selfcheck`` package of ``asg``: relative path -> text."""
-    from autograder import public, registry
+    from autograder.course import registry
+    from autograder.public import check as public
 
     table = {p.name: public.public_entry(p) for p in registry.problems(asg)}
     refs = {".".join(["autograder"] + t[k][0].lstrip(".").split("."))
@@ -276,7 +277,7 @@ def outputs(asg: str) -> dict[Path, str]:
     """The committed files built for ``asg`` (path -> text); the package is
     :func:`write_package`'s."""
     nb = build_notebook(asg)
-    from autograder import registry
+    from autograder.course import registry
 
     names = [p.name for p in registry.problems(asg)]
     d = ROOT / "source" / asg

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import shutil
 import sys
 import time
 import warnings
-import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -40,7 +40,7 @@ c.CourseDirectory.course_id = "jax-scaling-demo"
 c.CourseDirectory.db_url = "sqlite:///" + os.path.join(c.CourseDirectory.root, "gradebook.db")
 c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", ".pytest_cache"]
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\\nraise NotImplementedError()"}
-from autograder.nbgrader_plugin import configure
+from autograder.classroom.nbgrader_plugin import configure
 configure(c)
 c.Execute.timeout = 900
 c.Execute.allow_errors = True
@@ -203,8 +203,8 @@ def write_class_report(course: Path, out: Path, tasks) -> Path:
     carries; each hand-in links to its nbgrader feedback page."""
     import os
 
-    from autograder.class_report import HandIn, render
-    from autograder.nbgrader_plugin import REPORT_KEY
+    from autograder.classroom.class_report import HandIn, render
+    from autograder.classroom.nbgrader_plugin import REPORT_KEY
 
     hand_ins = []
     for s, asg in tasks:

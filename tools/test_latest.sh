@@ -55,11 +55,12 @@ for py in $(candidates); do
   rm -rf "$VENV"
 done
 if [ -z "$chosen" ]; then
-  echo "test-latest: skipped: no Python ${CANDIDATES// / or } here that the newest JAX installs on (make test covers JAX $(sed -n 's/^JAX_MIN = "\(.*\)"/\1/p' autograder/versions.py))"
+  echo "test-latest: skipped: no Python ${CANDIDATES// / or } here that the newest JAX installs on (make test covers JAX $(sed -n 's/^JAX_MIN = "\(.*\)"/\1/p' autograder/core/versions.py))"
   exit 0
 fi
 
 export PATH="$PWD/$VENV/bin:$PATH"
 export JAX_NUM_CPU_DEVICES=${JAX_NUM_CPU_DEVICES:-8} TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-3}
 "$VENV/bin/python" -c 'import jax, jaxlib, sys; print(f"test-latest: JAX {jax.__version__}, jaxlib {jaxlib.__version__}, Python {sys.version.split()[0]}")'
+"$VENV/bin/lint-imports" || exit 1
 exec "$VENV/bin/python" -m pytest -q tests autograder/tests "$@"

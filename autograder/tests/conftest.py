@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.devices import setup_devices
+from ..core.devices import setup_devices
 
 setup_devices()
 
@@ -24,7 +24,7 @@ def pytest_addoption(parser):
 def pytest_generate_tests(metafunc):
     if "problem" not in metafunc.fixturenames:
         return
-    from autograder import registry
+    from ..course import registry
 
     asg = metafunc.config.getoption("--assignment")
     probs = registry.problems(asg)
@@ -36,8 +36,9 @@ def submissions(request):
     """assignment -> where the programs come from: the reference answers (the course's own
     code, loaded here), or, for ``--submission``, the student's file in the sandbox (never run
     in this process)."""
-    from autograder.artifacts import SandboxExporter
-    from autograder.loader import load
+    from ..core.loader import load
+    from ..judge.channel import SandboxExporter
+    from ..worker.local import LocalExporter
 
     path = request.config.getoption("--submission")
     cache = {}
@@ -54,7 +55,8 @@ def submissions(request):
                 cache[asg] = lambda name: exporter if name in exporter.defined else None
             else:
                 loaded = load(p)
-                cache[asg] = loaded.function
+                cache[asg] = lambda name: (LocalExporter.of(name, loaded.function(name))
+                                           if callable(loaded.function(name)) else None)
         return cache[asg]
 
     return get

@@ -1,5 +1,5 @@
 """One test per graded function: it passes only if every check passes."""
-from autograder import grading
+from ..judge import grading
 
 
 def test_function(problem, submissions, request):

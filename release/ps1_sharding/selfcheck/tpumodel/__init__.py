@@ -9,8 +9,14 @@ compute by roofline and collectives by ring algorithms over the mesh axes (:mod:
 figures in :mod:`.chips`), and schedules them with one compute stream and one lane per link
 direction (:mod:`.schedule`).
 """
-from .api import (compare, default_modeler, grading_modeler, model_function, model_hlo,
-                  partitioned_hlo)
+from .api import (
+           compare,
+           default_modeler,
+           grading_modeler,
+           model_function,
+           model_hlo,
+           partitioned_hlo,
+)
 from .chips import CHIPS, DEFAULT_CHIP, get_chip
 from .hlo import ModelError
 from .profile import Profile, profile

@@ -319,7 +319,6 @@ def _sliced_bytes(node: Node, nodes: list[Node], cons: dict, live_out: frozenset
 
 def build_tasks(nodes: list[Node], out_value, geo: Geometry, chip: chipmod.Chip,
                 device: int = 0) -> list[Task]:
-    from .hlo import Leaf
 
     def leaves(v):
         return [l for x in v for l in leaves(x)] if isinstance(v, list) else [v]

@@ -2,9 +2,11 @@
 
 Notebook use::
 
+    from autograder.course import registry
     from autograder.tpumodel import profile
-    p = profile(matmul_allgather, "matmul_allgather", mesh)           # registry 'speed' case
-    p = profile(fn, "matmul_allgather", (2, 4), shape=(1024, 2048, 2048), dtype="bfloat16")
+    prob = registry.get("matmul_allgather")
+    p = profile(matmul_allgather, prob, mesh)            # the problem's 'speed' case
+    p = profile(fn, prob, (2, 4), shape=(1024, 2048, 2048), dtype="bfloat16")
     p          # a few lines: times, the ratio against the grader's limit, the critical path
     p.png      # the timeline picture (a notebook shows it under the lines)
 """
@@ -197,11 +199,11 @@ class Profile:
 
 def _mesh(mesh):
     if isinstance(mesh, (tuple, list)):
-        from ..meshes import make_mesh
+        from ..core.meshes import make_mesh
 
         return make_mesh(*mesh)
     if isinstance(mesh, str):
-        from ..meshes import make_mesh
+        from ..core.meshes import make_mesh
 
         return make_mesh(*(int(v) for v in mesh.lower().split("x")))
     return mesh
@@ -246,7 +248,7 @@ def profile(fn, problem, mesh=(2, 4), args=None, *, chip=None, shape=None, dtype
             program: bool = False) -> Profile:
     """Model ``fn`` and the problem's jit baseline; draw the timelines.
 
-    ``problem``: a registry name or :class:`~autograder.registry.Problem`; ``mesh``: a Mesh or
+    ``problem``: a :class:`~autograder.core.problem.Problem` (or the self-check's public one); ``mesh``: a Mesh or
     (x, y); ``args``: placed arguments (default: the registry's 'speed' case, or ``shape``);
     ``png``: where to write the picture ('' a temporary file, None no picture); ``program``:
     ``fn`` is an exported program's ``call`` (array arguments only), not the student's function.

@@ -13,7 +13,7 @@ import os
 import shutil
 import tempfile
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 from . import chips as chipmod
 from .cost import Geometry, build_tasks
@@ -111,10 +111,12 @@ def model_function(fn, args, mesh=None, *, chip=None, static_argnums=(), out_sha
 
 
 def _problem(problem):
-    if isinstance(problem, str):  # the registry's entry, or the self-check's public one
-        from ..public import problem as lookup
-
-        return lookup(problem)
+    """The problem object: the registry's :class:`~autograder.core.problem.Problem` or the
+    self-check's public one. The model reads only its attributes; a name is looked up by the
+    caller, which knows which table it means."""
+    if isinstance(problem, str):
+        raise TypeError(f"pass the problem itself, not its name {problem!r} (the registry's "
+                        "entry, or selfcheck's public one)")
     return problem
 
 
@@ -173,7 +175,7 @@ def modeled_threshold(problem) -> float:
 def grading_modeler(problem, fn, mesh, args, *, chip=None, program=False,
                     texts: Optional[tuple[str, str]] = None,
                     pinned: Optional[Callable[[], tuple[str, tuple[int, ...]]]] = None) -> dict:
-    """The ``modeler`` hook of :func:`autograder.grading.grade_function`.
+    """The ``modeler`` hook of :func:`autograder.judge.grading.grade_function`.
 
     Returns ``{'chip', 'student_us', 'baseline_us', 'ratio', 'threshold', ...}``, or
     ``{'note': ...}`` when the program cannot be modeled (the check then uses wall-clock).
@@ -208,7 +210,7 @@ def grading_modeler(problem, fn, mesh, args, *, chip=None, program=False,
 def default_modeler():
     """The modeler grading uses by default: the TPU model unless a real TPU is present."""
     try:
-        from ..devices import platform
+        from ..core.devices import platform
 
         if platform() == "tpu":
             return None

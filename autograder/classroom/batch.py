@@ -1,0 +1,370 @@
+"""``python -m autograder grade-all DIR``: grade a whole class.
+
+DIR is either an nbgrader course folder (``submitted/<student>/<assignment>/*.ipynb``; DIR may
+be the course root or its ``submitted`` folder) or a flat folder of notebooks / ``.py`` files
+(``<student>_<assignment>.ipynb``, ``<student>.py``, ...; the assignment is read from the name
+when it contains one, otherwise guessed from the functions the file defines).
+
+Every submission is graded in its own isolated worker process (:mod:`autograder.supervisor`); up to
+``--workers`` run at once, or, with ``--scheduler tcp://host:8786``, each is a task on a Dask
+cluster (:mod:`autograder.classroom.cluster`; the same isolation on the worker). Results go to
+
+* ``reports/<student>/<assignment>.json``: one submission's full report plus a fingerprint of
+  the file, the grader's own files and the grading options, signed with a key kept beside the
+  reports (a later run reuses only a report whose signature and fingerprint check out: the batch
+  is resumable; ``--force`` grades again);
+* ``reports/<student>.json``: the student's report, all assignments;
+* the CSV (``--out``): student, assignment, one column per graded function, total, max.
+
+Only this process and the trusted graders write there; student code runs in the sandbox and
+sees none of it. The trusted graders share one JAX compilation cache (warmed once with the jit
+baselines), which student code never sees either.
+"""
+from __future__ import annotations
+
+import csv
+import hashlib
+import hmac
+import json
+import os
+import re
+import secrets
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from ..core.identity import GRADER_VERSION, grader_hash
+from .names import _slug
+
+SUFFIXES = (".ipynb", ".py")
+
+
+@dataclass(frozen=True)
+class Item:
+    student: str
+    assignment: Optional[str]
+    path: Path
+    #: the file sits in the student's own folder (nbgrader layout), which grading may see
+    own_folder: bool = False
+
+    @property
+    def key(self) -> str:
+        return f"{self.student}/{self.assignment or self.path.stem}"
+
+
+def _known_assignments() -> list[str]:
+    from ..course import registry
+
+    return registry.assignments()
+
+
+def _assignment_in(name: str, known: list[str]) -> Optional[str]:
+    hits = [a for a in known if a in name]
+    return max(hits, key=len) if hits else None
+
+
+def _pick_notebook(folder: Path, assignment: str) -> Optional[Path]:
+    files = sorted(p for p in folder.iterdir()
+                   if p.is_file() and p.suffix in SUFFIXES and not p.name.startswith("."))
+    if not files:
+        return None
+    named = [p for p in files if p.stem == assignment]  # the notebook before a .py twin
+    if named:
+        return min(named, key=lambda p: p.suffix != ".ipynb")
+    nbs = [p for p in files if p.suffix == ".ipynb"]
+    return (nbs or files)[0]
+
+
+def discover(root: Path) -> list[Item]:
+    """The submissions under ``root`` (nbgrader layout or a flat folder)."""
+    root = Path(root)
+    known = _known_assignments()
+    if (root / "submitted").is_dir():
+        root = root / "submitted"
+    items: list[Item] = []
+    flat = [p for p in sorted(root.iterdir())
+            if p.is_file() and p.suffix in SUFFIXES and not p.name.startswith(".")]
+    for p in flat:
+        a = _assignment_in(p.stem, known)
+        student = p.stem
+        if a:
+            student = re.sub(r"[_\-. ]+$|^[_\-. ]+", "", p.stem.replace(a, "")) or p.stem
+        items.append(Item(student, a, p))
+    for sdir in sorted(d for d in root.iterdir() if d.is_dir() and not d.name.startswith(".")):
+        for adir in sorted(d for d in sdir.iterdir() if d.is_dir() and not d.name.startswith(".")):
+            if adir.name.startswith(".") or adir.name == ".ipynb_checkpoints":
+                continue
+            nb = _pick_notebook(adir, adir.name)
+            if nb is None:
+                continue
+            a = adir.name if adir.name in known else _assignment_in(adir.name, known)
+            items.append(Item(sdir.name, a, nb, own_folder=True))
+    return items
+
+
+def fingerprint(item: Item, opts) -> str:
+    h = hashlib.sha256()
+    h.update(item.path.read_bytes())
+    if item.own_folder:  # helper files beside the notebook are graded with it
+        for p in sorted(item.path.parent.rglob("*")):
+            if p.is_file() and not any(x.startswith(".") for x in p.relative_to(
+                    item.path.parent).parts):
+                h.update(str(p.relative_to(item.path.parent)).encode())
+                h.update(p.read_bytes())
+    h.update(json.dumps([GRADER_VERSION, grader_hash(), item.assignment, opts.quick, opts.seed,
+                         opts.with_speed, opts.isolation, opts.only], sort_keys=True).encode())
+    return h.hexdigest()
+
+
+def report_key(reports: Path) -> bytes:
+    """The key reports are signed with, kept beside them (readable by the instructor only);
+    made once, atomically, before any submission is graded."""
+    path = reports / ".report-key"
+    if not path.exists():
+        tmp = reports / f".report-key.{os.getpid()}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32))
+        try:
+            os.link(tmp, path)  # the first writer wins; a concurrent one reads its key
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(tmp)
+    key = bytes.fromhex(path.read_text().strip())
+    if len(key) != 32:
+        raise RuntimeError(f"{path} is not a report key; delete it to grade afresh")
+    return key
+
+
+def sign(report: dict, key: bytes) -> str:
+    body = json.dumps({k: v for k, v in report.items() if k != "signature"}, sort_keys=True)
+    return hmac.new(key, body.encode(), "sha256").hexdigest()
+
+
+def verified(path: Path, fp: str, key: bytes) -> Optional[dict]:
+    """The report at ``path`` if this grader wrote it for this exact submission and options."""
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    if not isinstance(old, dict) or old.get("fingerprint") != fp:
+        return None
+    if not hmac.compare_digest(str(old.get("signature", "")), sign(old, key)):
+        return None
+    return old
+
+
+@dataclass
+class Outcome:
+    item: Item
+    report: dict
+    skipped: bool = False
+    seconds: float = 0.0
+
+
+def _report_path(item: Item, reports: Path) -> Path:
+    return reports / _slug(item.student) / f"{_slug(item.assignment or item.path.stem)}.json"
+
+
+def _reuse(item: Item, fp: str, reports: Path, key: bytes) -> Optional[Outcome]:
+    """The submission's report from an earlier run, if signed by us for this exact
+    submission, grader and options (``fp``)."""
+    out = _report_path(item, reports)
+    if out.exists():
+        old = verified(out, fp, key)
+        if old is not None:
+            return Outcome(item, old, skipped=True)
+    return None
+
+
+def _options_for(item: Item, opts, seed: Optional[int]):
+    """The options one submission is graded with: its assignment, its folder, the run's
+    seed (unless the instructor fixed one)."""
+    import copy
+
+    o = copy.copy(opts)
+    o.assignment = item.assignment
+    o.folder = item.own_folder
+    if o.seed is None:
+        o.seed = seed
+    return o
+
+
+def _write_report(item: Item, res: dict, seconds: float, fp: str, key: bytes, reports: Path,
+                  **extra) -> Outcome:
+    """Sign and write the report of a grading (``res``: ``SubmissionResult.to_dict()``); only
+    this process does, wherever the grading ran."""
+    rep = {"student": item.student, "assignment": res.get("assignment") or item.assignment,
+           "submission": str(item.path), "fingerprint": fp, "seconds": round(seconds, 2),
+           **extra, **res}
+    rep["signature"] = sign(rep, key)
+    out = _report_path(item, reports)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(rep, indent=2))
+    os.replace(tmp, out)
+    return Outcome(item, rep, seconds=seconds)
+
+
+def _not_graded(item: Item, error: str) -> Outcome:
+    """The outcome of a submission the grader itself failed on (no report: a later run tries
+    again)."""
+    return Outcome(item, {"student": item.student, "assignment": item.assignment,
+                          "submission": str(item.path), "score": 0.0, "max_score": 0.0,
+                          "functions": {}, "error": error})
+
+
+def grade_one(item: Item, opts, reports: Path, key: bytes, *, force: bool = False,
+              seed: Optional[int] = None) -> Outcome:
+    """Grade ``item`` (or reuse its verified report). ``seed``: the run's secret seed, shared
+    by every submission of the run, so that identical programs are graded once."""
+    from ..supervisor.supervise import grade_submission
+
+    fp = fingerprint(item, opts)
+    if not force:
+        old = _reuse(item, fp, reports, key)
+        if old is not None:
+            return old
+    t0 = time.monotonic()
+    res = grade_submission(item.path, _options_for(item, opts, seed))
+    return _write_report(item, res.to_dict(), time.monotonic() - t0, fp, key, reports)
+
+
+def write_outputs(outcomes: list[Outcome], csv_path: Path, reports: Path) -> None:
+    from ..course import registry
+
+    order = {p.name: i for i, p in enumerate(registry.problems())}
+    fnames: list[str] = []
+    for o in outcomes:
+        for n in o.report.get("functions", {}):
+            if n not in fnames:
+                fnames.append(n)
+    fnames.sort(key=lambda n: order.get(n, 1 << 30))
+    rows = sorted(outcomes, key=lambda o: (o.item.student, o.report.get("assignment") or ""))
+    csv_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = csv_path.with_suffix(csv_path.suffix + ".tmp")
+    with open(tmp, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["student", "assignment"] + fnames + ["total", "max_total", "isolated"])
+        for o in rows:
+            fs = o.report.get("functions", {})
+            w.writerow([o.item.student, o.report.get("assignment") or ""]
+                       + [fs[n]["score"] if n in fs else "" for n in fnames]
+                       + [o.report.get("score", 0), o.report.get("max_score", 0),
+                          "yes" if o.report.get("isolated", False) else "NO"])
+    os.replace(tmp, csv_path)
+    by_student: dict[str, list[dict]] = {}
+    for o in rows:
+        by_student.setdefault(o.item.student, []).append(o.report)
+    for student, reps in by_student.items():
+        doc = {"student": student,
+               "score": round(sum(r.get("score", 0) for r in reps), 4),
+               "max_score": round(sum(r.get("max_score", 0) for r in reps), 4),
+               "assignments": {(r.get("assignment") or Path(r["submission"]).stem): r
+                               for r in reps}}
+        (reports / f"{_slug(student)}.json").write_text(json.dumps(doc, indent=2))
+
+
+def grade_all(root: Path, *, workers: int = 1, out: Optional[Path] = None,
+              reports: Optional[Path] = None, force: bool = False, opts=None,
+              progress: bool = True, warm: bool = True,
+              scheduler: Optional[str] = None) -> list[Outcome]:
+    """Grade every submission under ``root``: here, ``workers`` at a time, or, given a Dask
+    ``scheduler`` address, as tasks on that cluster (:mod:`autograder.classroom.cluster`; ``workers``
+    is then unused). Either way this process alone writes the reports and the CSV."""
+    from ..supervisor.options import Options
+    from ..supervisor.supervise import warm_cache
+
+    opts = opts or Options()
+    root = Path(root)
+    items = discover(root)
+    out = Path(out) if out else Path("grades.csv")
+    reports = Path(reports) if reports else out.parent / "reports"
+    reports.mkdir(parents=True, exist_ok=True)
+    if warm and items and not scheduler:
+        warm_cache(opts)
+    outcomes: list[Outcome] = []
+    lock = threading.Lock()
+    bar = None
+    if progress:
+        try:
+            from tqdm import tqdm
+
+            bar = tqdm(total=len(items), unit="submission", desc="grading", file=sys.stderr)
+        except ImportError:  # pragma: no cover
+            bar = None
+
+    def record(o: Outcome) -> None:
+        with lock:
+            outcomes.append(o)
+            write_outputs(outcomes, out, reports)  # progress survives an interruption
+        if bar is not None:
+            bar.set_postfix_str(f"{o.item.key}: {o.report.get('score', 0):g}/"
+                                f"{o.report.get('max_score', 0):g}"
+                                + (" (done before)" if o.skipped else ""))
+            bar.update(1)
+
+    # One secret seed for the whole run (unless the instructor fixed one): every submission
+    # is graded on the same unpredictable inputs, and identical programs are graded once.
+    run_seed = secrets.randbits(63)
+    key = report_key(reports)
+    try:
+        if scheduler:
+            _grade_on_cluster(items, opts, reports, key, scheduler, force=force, seed=run_seed,
+                              record=record)
+        else:
+            with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+                futs = {pool.submit(grade_one, it, opts, reports, key, force=force,
+                                    seed=run_seed): it for it in items}
+                for fut in as_completed(futs):
+                    it = futs[fut]
+                    try:
+                        o = fut.result()
+                    except Exception as e:  # noqa: BLE001 - the grader itself failed here
+                        o = _not_graded(it, f"{type(e).__name__}: {e}")
+                    record(o)
+    finally:
+        if bar is not None:
+            bar.close()
+    write_outputs(outcomes, out, reports)
+    from .class_report import write as write_class_report
+
+    write_class_report(reports, class_report_path(out))
+    return outcomes
+
+
+def class_report_path(csv_path: Path) -> Path:
+    """Where grade-all puts the class report: next to its CSV."""
+    return Path(csv_path).parent / "class_report.html"
+
+
+def _grade_on_cluster(items: list[Item], opts, reports: Path, key: bytes, scheduler: str, *,
+                      force: bool, seed: int, record) -> None:
+    """The cluster path of :func:`grade_all`: reports reused here, the rest graded as Dask
+    tasks, each result signed and written here as it arrives."""
+    from .cluster import grade_on_cluster
+
+    todo: list[Item] = []
+    fps: dict[Item, str] = {}
+    for it in items:
+        fps[it] = fingerprint(it, opts)
+        old = None if force else _reuse(it, fps[it], reports, key)
+        if old is not None:
+            record(old)
+        else:
+            todo.append(it)
+    if not todo:
+        return
+    for it, got in grade_on_cluster(todo, opts, scheduler, seed=seed):
+        if got.error is not None or got.result is None:
+            record(_not_graded(it, got.error or "no result"))
+        else:
+            record(_write_report(it, got.result, got.seconds, fps[it], key, reports,
+                                 worker=f"{got.hostname} ({got.worker})"))
+
+

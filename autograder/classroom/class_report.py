@@ -1,0 +1,309 @@
+"""The class at a glance: one self-contained HTML page built from grade-all's reports.
+
+    python -m autograder class-report REPORTS_DIR [--out class_report.html]
+
+``grade-all`` writes it next to its CSV. Everything comes from the per-submission reports (the
+signed JSON files of :mod:`autograder.classroom.batch`); the page needs no server and no network: its
+charts are matplotlib PNGs embedded as data URIs. Each section is one small function from the
+reports to an HTML fragment:
+
+* the score distribution of every assignment;
+* for every graded function, the share of hand-ins passing each check;
+* the most common failure messages, grouped by template (numbers, shapes and names of meshes
+  taken out), with their count and the students behind them;
+* the modeled TPU speed ratios against each function's limit;
+* the hand-ins that need a human look (not graded, timed out, crashed, graded without isolation,
+  notes about the submission);
+* every student's total, linked to their report.
+"""
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Optional
+
+CHECKS = ("numerics", "sharding", "structure", "memory", "speed")
+#: words in a check message that mean the grader, not the student's answer, should be looked at
+LOOK = re.compile(r"timed out|time limit|crash|killed|died|segmentation|out of memory|"
+                  r"integrity|tamper", re.I)
+RATIO = re.compile(r"\(ratio ([0-9.]+)\)")
+
+
+@dataclass(frozen=True)
+class HandIn:
+    """One student's graded submission of one assignment, as grade-all reported it."""
+
+    student: str
+    assignment: str
+    score: float
+    max_score: float
+    functions: dict
+    notes: tuple
+    isolated: bool
+    error: str
+    report: str  # the student's report file, relative to the page
+
+    @classmethod
+    def from_report(cls, rep: dict, report: str) -> "HandIn":
+        return cls(student=str(rep.get("student", "?")),
+                   assignment=str(rep.get("assignment") or "?"),
+                   score=float(rep.get("score", 0.0)), max_score=float(rep.get("max_score", 0.0)),
+                   functions=dict(rep.get("functions") or {}),
+                   notes=tuple(rep.get("notes") or ()), isolated=bool(rep.get("isolated", False)),
+                   error=str(rep.get("error") or ""), report=report)
+
+
+def load_reports(reports: Path, page_dir: Optional[Path] = None) -> list[HandIn]:
+    """The hand-ins under ``reports`` (``<student>.json`` files of grade-all, each holding that
+    student's assignments); links are made relative to ``page_dir``."""
+    import os
+
+    reports = Path(reports)
+    page_dir = Path(page_dir or reports.parent)
+    out = []
+    for path in sorted(reports.glob("*.json")):
+        doc = json.loads(path.read_text())
+        if "assignments" not in doc:
+            continue  # a per-assignment report; the student's file holds it too
+        link = os.path.relpath(path, page_dir)
+        for rep in doc["assignments"].values():
+            out.append(HandIn.from_report({"student": doc.get("student"), **rep}, link))
+    return out
+
+
+# ------------------------------------------------------------------------------------ helpers
+def _png(fig) -> str:
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=80, bbox_inches="tight")
+    plt.close(fig)
+    data = base64.b64encode(buf.getvalue()).decode()
+    return f'<img class="chart" alt="chart" src="data:image/png;base64,{data}">'
+
+
+def _figure(w, h):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(figsize=(w, h))
+
+
+def _e(s) -> str:
+    return html.escape(str(s))
+
+
+def template(message: str) -> str:
+    """A failure message with its particulars taken out, so that the same mistake made by
+    several students reads the same: numbers, shapes and meshes become placeholders."""
+    m = message.split("\n", 1)[0]
+    m = re.sub(r"\b\d+x\d+\b", "<mesh>", m)
+    m = re.sub(r"\[[\d, ]+\]", "[…]", m)
+    m = re.sub(r"\b\d+(\.\d+)?(e[-+]?\d+)?\b", "#", m)
+    return m[:240]
+
+
+# ----------------------------------------------------------------------------------- sections
+def scores_section(hand_ins: list[HandIn]) -> str:
+    by_asg: dict[str, list[HandIn]] = defaultdict(list)
+    for h in hand_ins:
+        by_asg[h.assignment].append(h)
+    rows, charts = [], []
+    for asg in sorted(by_asg):
+        hs = by_asg[asg]
+        scores = sorted(h.score for h in hs)
+        top = max(h.max_score for h in hs) or 1.0
+        mean = sum(scores) / len(scores)
+        median = scores[len(scores) // 2] if len(scores) % 2 else \
+            (scores[len(scores) // 2 - 1] + scores[len(scores) // 2]) / 2
+        rows.append(f"<tr><td>{_e(asg)}</td><td>{len(hs)}</td><td>{mean:.2f}</td>"
+                    f"<td>{median:.2f}</td><td>{top:g}</td></tr>")
+        fig, ax = _figure(4, 2.2)
+        ax.hist(scores, bins=10, range=(0, top), color="#4c72b0", edgecolor="white")
+        ax.set_title(asg, fontsize=10)
+        ax.set_xlabel("score")
+        ax.set_ylabel("hand-ins")
+        charts.append(_png(fig))
+    return ("<h2>Scores per assignment</h2><table><tr><th>assignment</th><th>hand-ins</th>"
+            "<th>mean</th><th>median</th><th>out of</th></tr>" + "".join(rows) + "</table>"
+            + '<div class="charts">' + "".join(charts) + "</div>")
+
+
+def _check_shares(hand_ins: Iterable[HandIn]) -> dict[str, dict[str, tuple[int, int]]]:
+    """function -> check -> (passed, graded)."""
+    out: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
+    for h in hand_ins:
+        for fn, res in h.functions.items():
+            for c in res.get("checks", []):
+                cell = out[fn][c["name"]]
+                cell[0] += bool(c.get("passed"))
+                cell[1] += 1
+    return {f: {c: tuple(v) for c, v in d.items()} for f, d in out.items()}
+
+
+def checks_section(hand_ins: list[HandIn]) -> str:
+    shares = _check_shares(hand_ins)
+    if not shares:
+        return "<h2>Checks passed</h2><p>No graded functions.</p>"
+    funcs = _ordered(shares)
+    rows = []
+    for f in funcs:
+        cells = []
+        for c in CHECKS:
+            if c in shares[f]:
+                p, n = shares[f][c]
+                cells.append(f'<td class="share" data-check="{c}">{100 * p / n:.0f}% '
+                             f'<small>({p}/{n})</small></td>')
+            else:
+                cells.append("<td>—</td>")
+        rows.append(f"<tr><td><code>{_e(f)}</code></td>{''.join(cells)}</tr>")
+    fig, ax = _figure(6, 0.35 * len(funcs) + 1)
+    grid = [[(shares[f][c][0] / shares[f][c][1]) if c in shares[f] else float("nan")
+             for c in CHECKS] for f in funcs]
+    im = ax.imshow(grid, cmap="RdYlGn", vmin=0, vmax=1, aspect="auto")
+    ax.set_xticks(range(len(CHECKS)), CHECKS, fontsize=8)
+    ax.set_yticks(range(len(funcs)), funcs, fontsize=8)
+    fig.colorbar(im, ax=ax, label="share passing")
+    return ("<h2>Checks passed, per function</h2>" + _png(fig)
+            + "<table><tr><th>function</th>" + "".join(f"<th>{c}</th>" for c in CHECKS)
+            + "</tr>" + "".join(rows) + "</table>")
+
+
+def _ordered(names) -> list[str]:
+    try:
+        from ..course import registry
+
+        order = {p.name: i for i, p in enumerate(registry.problems())}
+    except Exception:  # noqa: BLE001 - a report can be rebuilt without the registry
+        order = {}
+    return sorted(names, key=lambda n: (order.get(n, 1 << 30), n))
+
+
+def failures_section(hand_ins: list[HandIn], top: int = 15) -> str:
+    groups: dict[tuple[str, str, str], list[str]] = defaultdict(list)
+    for h in hand_ins:
+        for fn, res in h.functions.items():
+            for c in res.get("checks", []):
+                if not c.get("passed") and not c.get("skipped"):
+                    groups[(fn, c["name"], template(c["message"]))].append(h.student)
+    if not groups:
+        return "<h2>Most common failures</h2><p>No check failed.</p>"
+    ranked = sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))[:top]
+    rows = "".join(
+        f"<tr><td>{len(who)}</td><td><code>{_e(fn)}</code></td><td>{_e(check)}</td>"
+        f"<td>{_e(msg)}</td><td>{_e(', '.join(sorted(set(who))))}</td></tr>"
+        for (fn, check, msg), who in ranked)
+    return ("<h2>Most common failures</h2><p>Messages grouped by template (numbers, shapes and "
+            "meshes taken out).</p><table><tr><th>count</th><th>function</th><th>check</th>"
+            "<th>message</th><th>students</th></tr>" + rows + "</table>")
+
+
+def _limit(fn: str) -> Optional[float]:
+    try:
+        from ..course import registry
+
+        return registry.get(fn).threshold("tpu_model")
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def speed_section(hand_ins: list[HandIn]) -> str:
+    ratios: dict[str, list[float]] = defaultdict(list)
+    for h in hand_ins:
+        for fn, res in h.functions.items():
+            for c in res.get("checks", []):
+                m = RATIO.search(c.get("message", "")) if c["name"] == "speed" else None
+                if m:
+                    ratios[fn].append(float(m.group(1)))
+    if not ratios:
+        return "<h2>Modeled speed</h2><p>No modeled speed ratios in these reports.</p>"
+    funcs = _ordered(ratios)
+    fig, ax = _figure(6, 0.4 * len(funcs) + 1)
+    for i, f in enumerate(funcs):
+        ax.scatter(ratios[f], [i] * len(ratios[f]), s=18, color="#4c72b0", alpha=0.7)
+        lim = _limit(f)
+        if lim is not None:
+            ax.plot([lim, lim], [i - 0.4, i + 0.4], color="#c44e52", lw=2)
+    ax.set_yticks(range(len(funcs)), funcs, fontsize=8)
+    ax.set_xlabel("modeled TPU time / jit baseline (red: the limit)")
+    rows = "".join(
+        f"<tr><td><code>{_e(f)}</code></td><td>{len(ratios[f])}</td>"
+        f"<td>{min(ratios[f]):.2f}</td><td>{sorted(ratios[f])[len(ratios[f]) // 2]:.2f}</td>"
+        f"<td>{max(ratios[f]):.2f}</td><td>{_limit(f) if _limit(f) is not None else '?'}</td></tr>"
+        for f in funcs)
+    return ("<h2>Modeled speed against the limits</h2>" + _png(fig)
+            + "<table><tr><th>function</th><th>modeled</th><th>best</th><th>median</th>"
+            "<th>worst</th><th>limit</th></tr>" + rows + "</table>")
+
+
+def look_section(hand_ins: list[HandIn]) -> str:
+    rows = []
+    for h in sorted(hand_ins, key=lambda h: (h.student, h.assignment)):
+        why = []
+        if h.error:
+            why.append(f"not graded: {h.error}")
+        if not h.isolated:
+            why.append("graded without isolation")
+        for fn, res in h.functions.items():
+            for c in res.get("checks", []):
+                if LOOK.search(c.get("message", "")):
+                    why.append(f"{fn} {c['name']}: {template(c['message'])[:120]}")
+        why += [f"note: {n}" for n in h.notes]
+        if why:
+            rows.append(f'<tr><td><a href="{_e(h.report)}">{_e(h.student)}</a></td>'
+                        f"<td>{_e(h.assignment)}</td><td>{'<br>'.join(_e(w) for w in why)}</td>"
+                        "</tr>")
+    if not rows:
+        return "<h2>Hand-ins that need a look</h2><p>None.</p>"
+    return ("<h2>Hand-ins that need a look</h2><table><tr><th>student</th><th>assignment</th>"
+            "<th>why</th></tr>" + "".join(rows) + "</table>")
+
+
+def students_section(hand_ins: list[HandIn]) -> str:
+    rows = "".join(
+        f'<tr class="grade" data-student="{_e(h.student)}" data-assignment="{_e(h.assignment)}">'
+        f'<td><a href="{_e(h.report)}">{_e(h.student)}</a></td><td>{_e(h.assignment)}</td>'
+        f'<td class="total">{h.score:g}</td><td class="max">{h.max_score:g}</td></tr>'
+        for h in sorted(hand_ins, key=lambda h: (h.student, h.assignment)))
+    return ("<h2>Every hand-in</h2><table><tr><th>student</th><th>assignment</th><th>total</th>"
+            "<th>out of</th></tr>" + rows + "</table>")
+
+
+SECTIONS = (scores_section, checks_section, failures_section, speed_section, look_section,
+            students_section)
+
+STYLE = """body{font-family:system-ui,sans-serif;margin:2em;max-width:70em;color:#222}
+table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:.25em .6em;
+text-align:left;vertical-align:top}th{background:#f3f3f3}img.chart{margin:.3em}small{color:#777}"""
+
+#: marks the page once the browser has decoded every chart, so a headless test can tell
+SCRIPT = """window.addEventListener('load', function () {
+  var imgs = document.querySelectorAll('img.chart'), drawn = 0;
+  imgs.forEach(function (i) { if (i.complete && i.naturalWidth > 0) drawn++; });
+  document.body.setAttribute('data-charts', imgs.length);
+  document.body.setAttribute('data-charts-drawn', drawn);
+});"""
+
+
+def render(hand_ins: list[HandIn], title: str = "Class report") -> str:
+    """The whole page."""
+    n_students = len({h.student for h in hand_ins})
+    head = (f"<h1>{_e(title)}</h1><p>{n_students} students, {len(hand_ins)} hand-ins.</p>")
+    body = head + "".join(section(hand_ins) for section in SECTIONS)
+    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{_e(title)}</title>"
+            f"<style>{STYLE}</style><script>{SCRIPT}</script></head><body>{body}</body></html>")
+
+
+def write(reports: Path, out: Path, title: str = "Class report") -> Path:
+    out = Path(out)
+    out.write_text(render(load_reports(reports, out.parent), title))
+    return out
+

@@ -1,0 +1,1 @@
+"""``python -m autograder``: the command line (:mod:`.main`) and its commands."""

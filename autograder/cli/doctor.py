@@ -1,0 +1,181 @@
+"""``python -m autograder doctor``: is this machine ready to grade?
+
+Prints the JAX version (and whether it is inside the course's tested range), the devices, whether
+student code can be isolated, whether the TPU model loads and reads this JAX's programs, the
+nbgrader version, and whether Dask ``distributed`` is there (optional: grading on a cluster).
+Exits 1, with the command that fixes it, when something an instructor needs is missing; optional
+parts and a JAX newer than the tested range are reported without failing.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import sys
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from ..core import versions
+
+
+@dataclass
+class Finding:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+    #: False: reported, but its absence does not fail the doctor
+    required: bool = True
+
+    def line(self) -> str:
+        mark = "ok  " if self.ok else ("FAIL" if self.required else "note")
+        text = f"[{mark}] {self.name}: {self.detail}"
+        if self.fix and not self.ok:
+            text += f"\n       fix: {self.fix}"
+        return text
+
+
+def _dist_version(name: str) -> Optional[str]:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def check_jax() -> Finding:
+    import jax
+
+    v = jax.__version__
+    where = versions.support(v)
+    pin = f'pip install "jax>={versions.JAX_MIN},<{versions.JAX_BELOW}" ' \
+          f'"jaxlib>={versions.JAX_MIN},<{versions.JAX_BELOW}"'
+    jaxlib = _dist_version("jaxlib") or "?"
+    if where == "old":
+        return Finding("JAX", False, f"{v} (jaxlib {jaxlib}) is older than the course supports "
+                       f"({versions.range_text()})", fix=pin)
+    if where == "newer":
+        return Finding("JAX", True, f"{v} (jaxlib {jaxlib}) is NEWER than the tested range "
+                       f"({versions.range_text()}): verdicts may differ from the tested ones; "
+                       f"to grade on a tested release: {pin}")
+    return Finding("JAX", True, f"{v} (jaxlib {jaxlib}), inside the tested range "
+                   f"({versions.range_text()})")
+
+
+def check_devices() -> Finding:
+    from ..core.devices import N_DEVICES, describe_devices, setup_devices
+
+    try:
+        setup_devices()
+        return Finding("devices", True, describe_devices().split("\n", 1)[1].replace("\n", "; "))
+    except Exception as e:  # noqa: BLE001 - reported with the fix
+        return Finding("devices", False, f"the course's {N_DEVICES} devices are not available "
+                       f"({type(e).__name__}: {e})",
+                       fix=f"run with JAX_NUM_CPU_DEVICES={N_DEVICES} in a fresh Python (nothing "
+                       "may use JAX before the grader sets up its devices)")
+
+
+def check_isolation() -> Finding:
+    from ..isolation import sandbox as isolation
+
+    av = isolation.available()
+    if av.ok:
+        return Finding("isolation", True, av.how)
+    return Finding("isolation", False, f"student code cannot be sandboxed: {av.how}",
+                   fix="install bubblewrap (Debian/Ubuntu: sudo apt-get install bubblewrap; "
+                   "as root `make venv` does it) and allow user namespaces; grading without it "
+                   "needs --no-isolation on every command, and every report then says so")
+
+
+def check_tpumodel() -> Finding:
+    """Load the TPU model and model a small ring written with ``fori_loop`` on a 2x4 mesh: three
+    hops must come out as three communications (this JAX's loop lowering is read)."""
+    fix = ("reinstall the package in a JAX of the tested range "
+           f'(pip install -e . "jax>={versions.JAX_MIN},<{versions.JAX_BELOW}"); if it still '
+           "fails, report it: without the model the speed check falls back to wall-clock")
+    try:
+        import jax
+        import jax.numpy as jnp
+        from jax.sharding import NamedSharding
+        from jax.sharding import PartitionSpec as P
+
+        from ..core.meshes import make_mesh
+        from ..tpumodel import model_function
+
+        mesh = make_mesh(2, 4)
+        perm = [(j, (j + 1) % 4) for j in range(4)]
+
+        def ring(a):
+            return jax.lax.fori_loop(0, 3, lambda i, x: jax.lax.ppermute(x, "Y", perm), a)
+
+        f = jax.jit(jax.shard_map(ring, mesh=mesh, in_specs=P("X", "Y"), out_specs=P("X", "Y"),
+                                  check_vma=False))
+        a = jax.device_put(jnp.zeros((16, 32), jnp.float32), NamedSharding(mesh, P("X", "Y")))
+        m = model_function(f, (a,), mesh)
+        hops = sum(t.kind == "comm" for t in m.timeline.tasks)
+    except Exception as e:  # noqa: BLE001 - reported with the fix
+        return Finding("TPU model", False, f"could not model a small program "
+                       f"({type(e).__name__}: {str(e)[:300]})", fix=fix)
+    if hops != 3:
+        return Finding("TPU model", False, f"a 3-step fori_loop ring came out as {hops} "
+                       "communications (this JAX's loops are misread)", fix=fix)
+    return Finding("TPU model", True, f"loads; a 3-step fori_loop ring modeled on TPU {m.chip} "
+                   f"in {m.time_us:.2f} us")
+
+
+def check_nbgrader() -> Finding:
+    v = _dist_version("nbgrader")
+    if v is None:
+        return Finding("nbgrader", False, "not installed (the release folders and `nbgrader "
+                       "autograde` need it)", fix="pip install 'jax-scaling-course[nbgrader]' "
+                       "(or pip install nbgrader==0.9.6)")
+    return Finding("nbgrader", True, v)
+
+
+def check_distributed() -> Finding:
+    v = _dist_version("distributed") if importlib.util.find_spec("distributed") else None
+    if v is None:
+        return Finding("distributed", False, "not installed (only `grade-all --scheduler`, "
+                       "grading on a Dask cluster, needs it)",
+                       fix="pip install 'jax-scaling-course[cluster]'", required=False)
+    return Finding("distributed", True, f"{v} (grade-all --scheduler is available)",
+                   required=False)
+
+
+CHECKS: tuple[Callable[[], Finding], ...] = (check_jax, check_devices, check_isolation,
+                                             check_tpumodel, check_nbgrader, check_distributed)
+
+
+def run(out=print) -> int:
+    """Run every check, print one line each (and the fix of each failure); 0 when nothing an
+    instructor needs is missing, else 1."""
+    found = {}
+    # the sandbox probe forks: before JAX starts its threads
+    for check in sorted(CHECKS, key=lambda c: c is not check_isolation):
+        try:
+            found[check] = check()
+        except Exception as e:  # noqa: BLE001 - a broken check is a failure, never a crash
+            found[check] = Finding(check.__name__.removeprefix("check_"), False,
+                                   f"the check itself failed ({type(e).__name__}: {e})")
+    findings = [found[c] for c in CHECKS]
+    for f in findings:
+        out(f.line())
+    missing = [f for f in findings if f.required and not f.ok]
+    from .. import __version__
+
+    out(f"Python {sys.version.split()[0]}; autograder {__version__} at {_here()}")
+    if missing:
+        out(f"not ready to grade: {', '.join(f.name for f in missing)} (fixes above)")
+        return 1
+    out("ready to grade")
+    return 0
+
+
+def _here() -> str:
+    from pathlib import Path
+
+    return str(Path(__file__).resolve().parents[1])
+
+
+def add_parser(sub) -> None:
+    d = sub.add_parser("doctor", help="check this machine: JAX, devices, isolation, TPU model, "
+                       "nbgrader (exit 1 with the fix when something is missing)")
+    d.set_defaults(func=lambda a: run())

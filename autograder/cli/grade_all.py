@@ -1,0 +1,106 @@
+"""``python -m autograder grade-all DIR``: the command line of :mod:`autograder.classroom.batch`."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import time
+from pathlib import Path
+
+from ..classroom.batch import class_report_path, grade_all
+
+
+def add_parser(sub) -> None:
+    g = sub.add_parser("grade-all", help="grade every submission of a class folder")
+    g.add_argument("dir", help="nbgrader course folder (or its submitted/), or a flat folder")
+    g.add_argument("--workers", type=int, default=max(1, min(2, os.cpu_count() or 1)),
+                   help="submissions graded at once (default: min(2, CPUs))")
+    g.add_argument("--out", default="grades.csv", help="the CSV (default grades.csv)")
+    g.add_argument("--reports", help="folder of JSON reports (default: next to the CSV)")
+    g.add_argument("--force", action="store_true", help="grade again what was graded before")
+    g.add_argument("--quick", action="store_true", help="fewer meshes and cases")
+    g.add_argument("--no-speed", action="store_true", help="skip the speed check")
+    from .options import add_trust_options
+
+    add_trust_options(g)
+    g.add_argument("--function-timeout", type=float, default=150.0,
+                   help="seconds per graded function (default 150)")
+    g.add_argument("--load-timeout", type=float, default=120.0,
+                   help="seconds to load one submission (default 120)")
+    g.add_argument("--memory-mb", type=int, default=6144,
+                   help="resident memory per worker (default 6144)")
+    g.add_argument("--cache-dir", help="the trusted side's class-wide cache (default: "
+                   "$AUTOGRADER_CACHE_DIR or ~/.cache/jax-scaling-course)")
+    g.add_argument("--no-progress", action="store_true")
+    g.add_argument("--scheduler", metavar="ADDRESS",
+                   help="grade on a Dask cluster: its scheduler's address, like "
+                   "tcp://host:8786 (the workers need this package and bubblewrap installed; "
+                   "reports and the CSV are written here)")
+    g.add_argument("--gradebook", metavar="DB",
+                   help="also write the grades into nbgrader's gradebook (an SQLAlchemy URL "
+                   "such as sqlite:///gradebook.db, or an sqlite file), per graded cell, for "
+                   "formgrader, nbgrader export and generate_feedback")
+    g.set_defaults(func=_cmd)
+
+
+def _cmd(a) -> int:
+    from ..supervisor.options import (
+        IsolationUnavailable,
+        Limits,
+        Options,
+        check_options,
+    )
+    from .options import refuse
+
+    if a.gradebook:  # said before any grading, not after
+        try:
+            import nbgrader.api  # noqa: F401
+        except ImportError:
+            print("--gradebook needs nbgrader: pip install '.[nbgrader]'", file=sys.stderr)
+            return 2
+
+    root = Path(a.dir)
+    if not root.is_dir():
+        print(f"no such folder: {root}", file=sys.stderr)
+        return 2
+    lim = Limits(per_function_s=a.function_timeout, load_s=a.load_timeout,
+                 memory_mb=a.memory_mb)
+    opts = Options(quick=a.quick, seed=a.seed, with_speed=not a.no_speed, limits=lim,
+                   isolation=not a.no_isolation)
+    if a.cache_dir:
+        opts.cache_dir = Path(a.cache_dir)
+    if a.scheduler:
+        from ..classroom.cluster import ClusterUnavailable, require_distributed
+
+        try:
+            require_distributed()
+        except ClusterUnavailable as e:
+            print(e, file=sys.stderr)
+            return 2
+    try:
+        # on a cluster, each worker checks that it can isolate student code (this machine
+        # runs none)
+        check_options(dataclasses.replace(opts, isolation=False) if a.scheduler else opts)
+    except (ValueError, IsolationUnavailable) as e:
+        return refuse(e)
+    t0 = time.monotonic()
+    try:
+        outcomes = grade_all(root, workers=a.workers, out=Path(a.out),
+                             reports=Path(a.reports) if a.reports else None, force=a.force,
+                             opts=opts, progress=not a.no_progress, scheduler=a.scheduler)
+    except (OSError, TimeoutError) as e:
+        if not a.scheduler:
+            raise
+        print(f"cannot reach the Dask scheduler at {a.scheduler}: {e}", file=sys.stderr)
+        return 2
+    if a.gradebook:
+        from ..classroom.gradebook import publish
+
+        n = publish([o.report for o in outcomes], a.gradebook)
+        print(f"{n} grade(s) written to the gradebook {a.gradebook}", file=sys.stderr)
+    graded = [o for o in outcomes if not o.skipped]
+    print(f"{len(outcomes)} submission(s): {len(graded)} graded, "
+          f"{len(outcomes) - len(graded)} unchanged since the last run; "
+          f"{time.monotonic() - t0:.1f} s; CSV: {a.out}; class report: "
+          f"{class_report_path(Path(a.out))}", file=sys.stderr)
+    return 0

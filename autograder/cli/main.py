@@ -1,0 +1,128 @@
+"""``python -m autograder``: the command-line way in.
+
+    python -m autograder grade SUBMISSION [--assignment ID] [--json]
+    python -m autograder grade-all DIR [--workers N] [--out grades.csv] [--force]
+    python -m autograder list
+    python -m autograder profile SUBMISSION FUNCTION [--chip v5e] [--mesh 2x4] [--json]
+    python -m autograder doctor
+
+Student code runs only in the sandbox (:mod:`autograder.isolation`); the verdicts come from a
+trusted process that grades the programs it exported. A submission that hangs or crashes still
+gets a report (and this command still exits 0). Where the sandbox is unavailable, ``grade`` and
+``grade-all`` refuse to run unless given ``--no-isolation``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ..core.results import SubmissionResult
+from .options import add_trust_options, refuse
+
+#: wall-clock budget per graded function, and for loading the submission
+PER_FUNCTION_S = 150.0
+LOAD_S = 120.0
+
+
+def grade_path(submission: Path, assignment: str | None = None, *, quick: bool = False,
+               seed: int | None = None, with_speed: bool = True, timeout: float | None = None,
+               log=None, limits=None, cache_dir=None, isolation: bool = True,
+               only=None) -> SubmissionResult:
+    """Grade one submission: student code in the sandbox, verdicts in a trusted process (see
+    :mod:`autograder.supervisor`)."""
+    from ..supervisor import supervise as sandbox
+
+    lim = limits or sandbox.Limits(per_function_s=PER_FUNCTION_S, load_s=LOAD_S)
+    if timeout:
+        lim.per_submission_s = timeout
+    opts = sandbox.Options(assignment=assignment, quick=quick, seed=seed, with_speed=with_speed,
+                           cache_dir=cache_dir, limits=lim, isolation=isolation, only=only)
+    return sandbox.grade_submission(Path(submission), opts, log=log)
+
+
+def _cmd_grade(a) -> int:
+    from ..supervisor.options import IsolationUnavailable
+
+    path = Path(a.submission)
+    if not path.exists():
+        print(f"no such file: {path}", file=sys.stderr)
+        return 2
+    try:
+        res = grade_path(path, a.assignment, quick=a.quick, seed=a.seed,
+                         with_speed=not a.no_speed, isolation=not a.no_isolation)
+    except (ValueError, IsolationUnavailable) as e:
+        return refuse(e)
+    if a.json:
+        print(json.dumps(res.to_dict(), indent=2))
+    else:
+        print(res.report())
+    return 0
+
+
+def _cmd_list(a) -> int:
+    from ..course import registry
+
+    names = set(a.functions or ())
+    unknown = names - {p.name for p in registry.problems()}
+    if unknown:
+        print(f"unknown graded function(s): {', '.join(sorted(unknown))}", file=sys.stderr)
+        return 2
+    if names:  # the bar of each named function: what passes each check, and its points
+        from ..course.bars import bar
+
+        print("\n\n".join(bar(registry.get(n)).text() for n in a.functions))
+        return 0
+    for asg in registry.assignments():
+        print(asg)
+        for p in registry.problems(asg):
+            print(f"  {p.name:38s} {p.points:g} pts  checks: {', '.join(p.check_names)}")
+    print("\npython -m autograder list FUNCTION ... prints what passes each check")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m autograder",
+                                 description="Grade JAX sharding exercises.")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    g = sub.add_parser("grade", help="grade one notebook or .py submission")
+    g.add_argument("submission")
+    g.add_argument("--assignment", help="e.g. ps1_sharding (default: guessed)")
+    g.add_argument("--json", action="store_true", help="print one JSON object")
+    g.add_argument("--quick", action="store_true", help="fewer meshes and cases")
+    g.add_argument("--no-speed", action="store_true", help="skip the speed check")
+    add_trust_options(g)
+    g.set_defaults(func=_cmd_grade)
+    from .grade_all import add_parser as _add_batch_parser
+
+    _add_batch_parser(sub)
+    l = sub.add_parser("list", help="list the graded functions, or the bar of the named ones "
+                       "(what passes each check)")
+    l.add_argument("functions", nargs="*", help="graded functions to show the bar of")
+    l.set_defaults(func=_cmd_list)
+    from .profile import add_parser as _add_profile
+
+    _add_profile(sub)
+    from .doctor import add_parser as _add_doctor
+
+    _add_doctor(sub)
+    c = sub.add_parser("class-report", help="rebuild the HTML class report from grade-all's "
+                       "reports")
+    c.add_argument("reports", help="the reports folder grade-all wrote")
+    c.add_argument("--out", default="class_report.html")
+    c.add_argument("--title", default="Class report")
+    c.set_defaults(func=_cmd_class_report)
+    return ap
+
+
+def _cmd_class_report(a) -> int:
+    from ..classroom.class_report import write
+
+    print(write(Path(a.reports), Path(a.out), a.title))
+    return 0
+
+
+def main(argv=None) -> int:
+    a = build_parser().parse_args(argv)
+    return a.func(a)

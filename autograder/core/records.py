@@ -1,0 +1,267 @@
+"""The records that cross a process boundary, and nothing else.
+
+Two boundaries, one format (JSON lines, one record per line, ``{"type": ..., **fields}``):
+
+* trusted grader <-> untrusted worker (:mod:`autograder.worker`): the grader asks for
+  programs (:class:`ExportRequest`: a function, a mesh layout, argument shapes, dtypes, shardings
+  and static values, never array values); the worker says how loading went (:class:`Loading`,
+  :class:`Loaded`) and answers each request with a serialized ``jax.export`` artifact or an
+  error text (:class:`ExportReply`). Everything the worker sends is untrusted: :func:`parse`
+  checks types and sizes and never evaluates anything.
+* trusted grader -> supervisor (:mod:`autograder.supervisor`): :class:`Plan`, :class:`Start`,
+  :class:`Result`, :class:`Done`.
+
+Each record rebuilds itself with ``from_dict``; nothing is re-assembled by hand elsewhere.
+"""
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, ClassVar, Optional
+
+#: the largest line either side accepts (an artifact is a few KB to a few MB)
+MAX_LINE = 64 << 20
+
+PROTOCOL_VERSION = 1
+
+
+class RecordError(ValueError):
+    """A line that is not a well-formed record of an expected type."""
+
+
+@dataclass(frozen=True)
+class ArgSpec:
+    """One argument of a graded function: an array (shape, dtype, sharding) or a static int."""
+
+    shape: Optional[tuple] = None
+    dtype: Optional[str] = None
+    #: the PartitionSpec as a tuple of axis names / None / tuples (None: a single device)
+    spec: Optional[tuple] = None
+    static: Optional[int] = None
+
+    @property
+    def is_static(self) -> bool:
+        return self.shape is None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ArgSpec":
+        _expect_keys(d, cls)
+        if d.get("shape") is None:
+            return cls(static=_int(d.get("static"), "static"))
+        spec = d.get("spec")
+        return cls(shape=tuple(_int(v, "shape") for v in d["shape"]), dtype=_str(d["dtype"]),
+                   spec=None if spec is None else tuple(
+                       tuple(s) if isinstance(s, list) else s for s in spec))
+
+
+class Record:
+    """Base of every record: ``to_dict`` adds the type tag, ``from_dict`` checks it."""
+
+    TYPE: ClassVar[str] = ""
+
+    def to_dict(self) -> dict:
+        return {"type": self.TYPE, **asdict(self)}
+
+    @classmethod
+    def from_dict(cls, d: dict):
+        _expect_keys(d, cls, extra=("type",))
+        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
+
+    def to_line(self) -> str:
+        return json.dumps(self.to_dict()) + "\n"
+
+
+# -- trusted -> untrusted -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ExportRequest(Record):
+    TYPE: ClassVar[str] = "export"
+    id: int
+    function: str
+    #: (x, y) of the ('X', 'Y') mesh, or None for a single-device function
+    layout: Optional[tuple]
+    args: tuple
+    platform: str = "cpu"
+
+    def to_dict(self) -> dict:
+        return {"type": self.TYPE, "id": self.id, "function": self.function,
+                "layout": None if self.layout is None else list(self.layout),
+                "args": [a.to_dict() for a in self.args], "platform": self.platform}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ExportRequest":
+        _expect_keys(d, cls, extra=("type",))
+        lay = d.get("layout")
+        return cls(id=_int(d["id"], "id"), function=_str(d["function"]),
+                   layout=None if lay is None else tuple(_int(v, "layout") for v in lay),
+                   args=tuple(ArgSpec.from_dict(a) for a in d["args"]),
+                   platform=_str(d.get("platform", "cpu")))
+
+
+@dataclass(frozen=True)
+class Quit(Record):
+    TYPE: ClassVar[str] = "quit"
+
+
+# -- untrusted -> trusted -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Loading(Record):
+    """The worker is about to run statement ``stmt`` of the submission (for blame on a hang)."""
+
+    TYPE: ClassVar[str] = "loading"
+    stmt: int
+    where: str
+
+
+@dataclass(frozen=True)
+class Loaded(Record):
+    TYPE: ClassVar[str] = "loaded"
+    #: names of the graded functions the submission defines
+    defined: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Loaded":
+        _expect_keys(d, cls, extra=("type",))
+        return cls(_strs(d.get("defined", []), 200, 100), _strs(d.get("notes", []), 50, 600))
+
+
+@dataclass(frozen=True)
+class ExportReply(Record):
+    TYPE: ClassVar[str] = "artifact"
+    id: int
+    #: base64 of ``Exported.serialize()``; None when the export failed
+    artifact: Optional[str] = None
+    error: Optional[str] = None
+
+    def payload(self) -> bytes:
+        if self.artifact is None:
+            raise RecordError("no artifact in this reply")
+        try:
+            return base64.b64decode(self.artifact.encode("ascii"), validate=True)
+        except Exception as e:  # noqa: BLE001
+            raise RecordError(f"the artifact is not valid base64 ({e})") from None
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ExportReply":
+        _expect_keys(d, cls, extra=("type",))
+        art, err = d.get("artifact"), d.get("error")
+        return cls(_int(d["id"], "id"), None if art is None else _str(art),
+                   None if err is None else _str(err)[:4000])
+
+    @classmethod
+    def of(cls, rid: int, data: Optional[bytes] = None, error: Optional[str] = None):
+        return cls(rid, None if data is None else base64.b64encode(data).decode("ascii"), error)
+
+
+@dataclass(frozen=True)
+class ExecutedNotebook(Record):
+    """A notebook run by the worker (for its outputs in the feedback; it decides nothing)."""
+
+    TYPE: ClassVar[str] = "notebook"
+    text: str
+
+
+# -- trusted grader -> supervisor ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Plan(Record):
+    TYPE: ClassVar[str] = "plan"
+    assignment: Optional[str]
+    functions: list
+    notes: list = field(default_factory=list)
+    #: statements of the submission skipped because they hung or crashed the worker
+    skip: list = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Start(Record):
+    TYPE: ClassVar[str] = "start"
+    function: str
+
+
+@dataclass(frozen=True)
+class Result(Record):
+    """One graded function's checks (each a :class:`~autograder.core.results.CheckResult` dict);
+    the supervisor scores them with its own registry's points and weights."""
+
+    TYPE: ClassVar[str] = "result"
+    function: str
+    checks: list
+    #: the verdict of an identical program graded earlier in this run (see autograder.judge.reuse)
+    reused: bool = False
+
+
+@dataclass(frozen=True)
+class Done(Record):
+    TYPE: ClassVar[str] = "done"
+
+
+TYPES = {c.TYPE: c for c in (ExportRequest, Quit, Loading, Loaded, ExportReply,
+                             ExecutedNotebook, Plan, Start, Result, Done)}
+
+
+def parse(line: str | bytes, allowed: tuple = ()) -> Record:
+    """The record on ``line``; :class:`RecordError` for anything else (wrong type included)."""
+    if isinstance(line, bytes):
+        if len(line) > MAX_LINE:
+            raise RecordError("line too long")
+        line = line.decode("utf-8", "replace")
+    try:
+        d = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise RecordError(f"not JSON ({e.msg})") from None
+    if not isinstance(d, dict) or not isinstance(d.get("type"), str):
+        raise RecordError("not a record")
+    cls = TYPES.get(d["type"])
+    if cls is None or (allowed and cls not in allowed):
+        raise RecordError(f"unexpected record type {d['type']!r}")
+    try:
+        return cls.from_dict(d)
+    except RecordError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a malformed field
+        raise RecordError(f"malformed {d['type']} record ({type(e).__name__}: {e})") from None
+
+
+def _expect_keys(d: Any, cls, extra: tuple = ()) -> None:
+    if not isinstance(d, dict):
+        raise RecordError(f"{cls.__name__}: expected an object")
+    known = {f.name for f in fields(cls)} | set(extra)
+    unknown = set(d) - known
+    if unknown:
+        raise RecordError(f"{cls.__name__}: unknown field(s) {sorted(unknown)}")
+
+
+def _int(v: Any, what: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise RecordError(f"{what}: expected an integer, found {type(v).__name__}")
+    return v
+
+
+def _strs(v: Any, most: int, longest: int) -> list:
+    """A list of at most ``most`` strings, each cut to ``longest`` characters."""
+    if not isinstance(v, list) or not all(isinstance(s, str) for s in v):
+        raise RecordError("expected a list of strings")
+    return [s[:longest] for s in v[:most]]
+
+
+def _str(v: Any) -> str:
+    if not isinstance(v, str):
+        raise RecordError(f"expected a string, found {type(v).__name__}")
+    return v
+
+
+def spec_of(problem_spec) -> tuple | None:
+    """A PartitionSpec as the tuple an :class:`ArgSpec` carries."""
+    if problem_spec is None:
+        return None
+    return tuple(tuple(s) if isinstance(s, (list, tuple)) else s for s in tuple(problem_spec))

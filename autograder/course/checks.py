@@ -1,0 +1,179 @@
+"""The five checks. Each is a small pure function of evidence the runner gathered (outputs,
+traced programs, compiled memory figures, timings) and returns a :class:`CheckResult` whose
+message says what was expected, what was found and how to look at it yourself."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+
+from ..core.compare import compare_values
+from ..core.problem import Case, Problem
+from ..core.program import Program
+from ..core.results import CheckResult, failed, passed
+from .rules.base import CLAUSES
+
+
+@dataclass
+class Attempt:
+    """One run of the student's function on one case and mesh."""
+
+    mesh: Any
+    layout: tuple[int, int]
+    case: Case
+    expected: Optional[np.ndarray] = None
+    value: Optional[np.ndarray] = None  # the output gathered to the host
+    sharding_error: Optional[str] = None  # None: layout right
+    copies_error: Optional[str] = None  # None: every device's copy of each block agrees
+    error: Optional[str] = None  # what went wrong before there was an output
+    program: Optional[Program] = None
+
+    def where(self, problem: Problem) -> str:
+        return where(problem, self.layout, self.case)
+
+
+def mesh_name(layout) -> str:
+    return f"{layout[0]}x{layout[1]}"
+
+
+def where(problem: Problem, layout, case: Optional[Case] = None) -> str:
+    """Which case a message is about: the mesh only for a function that runs on one."""
+    on = f"on mesh {mesh_name(layout)}" if problem.uses_mesh else ""
+    args = f"with {case.describe(problem.arg_names)}" if case is not None else ""
+    return " ".join(w for w in (on, args) if w)
+
+
+def on_meshes(layouts) -> str:
+    names = [mesh_name(l) for l in layouts]
+    return f"on mesh{'es' * (len(names) > 1)} {', '.join(names)}"
+
+
+@dataclass
+class Timing:
+    student_us: float
+    baseline_us: float
+    ratio: float  # robust statistic of the interleaved per-round ratios
+    rounds: int  # 0: not measured (the modeled ratio decides)
+    platform: str
+    modeled: dict = field(default_factory=dict)  # e.g. modeled TPU figures, when available
+
+
+def numerics(problem: Problem, attempts: list[Attempt]) -> CheckResult:
+    if not attempts:
+        return failed("numerics", "no test case could be run")
+    for a in attempts:
+        if a.error is not None:
+            return failed("numerics", f"{a.where(problem)}: {a.error}")
+        msg = compare_values(a.value, a.expected, problem.rtol, problem.atol) or a.copies_error
+        if msg is not None:
+            return failed("numerics", f"{a.where(problem)}: {msg}")
+    layouts = list(dict.fromkeys(a.layout for a in attempts))
+    return passed("numerics", f"matches the NumPy reference on {len(attempts)} cases"
+                  + (f" ({on_meshes(layouts)})" if problem.uses_mesh else ""))
+
+
+def sharding(problem: Problem, attempts: list[Attempt]) -> CheckResult:
+    ran = [a for a in attempts if a.error is None]
+    if not ran:
+        return failed("sharding", "no output to inspect")
+    if not problem.uses_mesh:
+        return passed("sharding", "single-device function")
+    for a in ran:
+        if a.sharding_error:
+            return failed("sharding", f"{a.where(problem)}: {a.sharding_error}")
+    from ..core.compare import describe_spec
+
+    return passed("sharding", f"output laid out as {describe_spec(problem.out_spec)}")
+
+
+def structure(problem: Problem, attempts: list[Attempt]) -> CheckResult:
+    traced = [a for a in attempts if a.program is not None]
+    if not traced:
+        return failed("structure", "the program could not be traced")
+    seen: dict[str, list] = {}  # each clause of the rules' findings -> the meshes it holds on
+    for a in traced:
+        for rule in problem.rules:
+            res = rule(a.program, a.mesh, problem)
+            if res is None:
+                continue
+            if not res.passed:
+                on = where(problem, a.layout)
+                return failed("structure", f"{on}: {res.message}" if on else res.message)
+            for clause in res.message.split(CLAUSES):
+                seen.setdefault(clause, []).append(a.layout)
+    return passed("structure", group_by_mesh(seen, problem) or "no rules")
+
+
+def group_by_mesh(seen: dict[str, list], problem: Problem) -> str:
+    """Clauses said once per group of meshes they hold on, a line per group ("on meshes 2x4,
+    4x2: a; b", "on mesh 1x8: c"); no mesh named for a single-device function, nor where only
+    one mesh was seen."""
+    meshes = {l for ls in seen.values() for l in ls}
+    if not problem.uses_mesh or len(meshes) == 1:
+        return CLAUSES.join(seen)
+    groups: dict[tuple, list[str]] = {}
+    for clause, layouts in seen.items():
+        groups.setdefault(tuple(dict.fromkeys(layouts)), []).append(clause)
+    return "\n".join(f"{on_meshes(ls)}: {CLAUSES.join(cs)}" for ls, cs in groups.items())
+
+
+def big_case_values(problem: Problem, check: str, where: str, value: np.ndarray,
+                    expected: np.ndarray, copies: Optional[str] = None) -> Optional[CheckResult]:
+    """A failed ``check`` when the program compiled for its memory or speed case does not
+    compute that case's answer, else None. The big cases have public shapes, so a function that
+    notices big inputs and skips the work would otherwise buy the memory or speed share: only a
+    program that computes the answer is measured."""
+    msg = compare_values(value, expected, problem.rtol, problem.atol) or copies
+    if msg is None:
+        return None
+    return failed(check, f"{where}: the program for this case does not compute the answer "
+                  f"({msg}). The {check} check measures only a program that does; a function "
+                  "must compute the same thing whatever the size of its inputs")
+
+
+def memory(problem: Problem, temp_bytes: Optional[int], bound: int, what: str,
+           where: str) -> CheckResult:
+    if temp_bytes is None:
+        return failed("memory", f"{where}: the compiled memory figures are not available")
+    mib = 1 << 20
+    if temp_bytes <= bound:
+        per = " per device" if problem.uses_mesh else ""
+        return passed("memory", f"{where}: temporary buffers {temp_bytes / mib:.2f} MiB{per}, "
+                      f"within the bound {bound / mib:.2f} MiB ({what})")
+    per = " per device" if problem.uses_mesh else ""
+    return failed("memory", f"keep the temporary buffers within {bound / mib:.2f} MiB{per} "
+                  f"({what}); {where}, the compiled program needs {temp_bytes / mib:.2f} MiB. "
+                  "Look for an intermediate larger than that bound, with "
+                  "jax.jit(f).lower(*args).compile().memory_analysis()")
+
+
+def speed(problem: Problem, t: Timing) -> CheckResult:
+    limit = problem.threshold(t.platform)
+    if t.rounds:
+        figures = (f"{t.student_us:.0f} us vs jit baseline {t.baseline_us:.0f} us (ratio "
+                   f"{t.ratio:.2f}, median of {t.rounds} interleaved rounds on {t.platform})")
+    else:  # the model decides: wall-clock on emulated devices would say nothing more
+        figures = f"wall-clock on {t.platform} not measured (the TPU model decides here)"
+    if t.modeled:
+        m = t.modeled
+        figures += (f"; modeled on TPU {m.get('chip', '?')}: {m['student_us']:.1f} us vs "
+                    f"{m['baseline_us']:.1f} us (ratio {m['ratio']:.2f})")
+        if m.get("trips"):
+            counts = ", ".join(str(t) for t in m["trips"])
+            figures += (f", each loop modeled with the trip count it ran on the grading input "
+                        f"({counts})")
+        ratio, limit = m["ratio"], m.get("threshold", limit)
+        basis = "modeled TPU ratio"
+    else:  # measured: on a real TPU, or where the model could not read the program
+        ratio, basis = t.ratio, f"wall-clock ratio on {t.platform}"
+    if ratio <= limit:
+        return passed("speed", f"{figures}; {basis} within {limit:g}")
+    if problem.uses_mesh:
+        how = ("compare the collectives each one runs and what each computation waits for "
+               "(the notebook's tpu_profile shows both)")
+    else:
+        how = "compare the two compiled programs (jax.jit(f).lower(*args).compile().as_text())"
+    return failed("speed", f"make it faster: a {basis} of at most {limit:g} is needed, yours is "
+                  f"{ratio:.2f} ({figures}). Time it against jax.jit of the plain code and "
+                  f"{how}.")

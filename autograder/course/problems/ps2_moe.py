@@ -1,0 +1,150 @@
+"""Registry entries for ps2_moe: mixture-of-experts routing (Problem 2)."""
+from __future__ import annotations
+
+from jax.sharding import PartitionSpec as P
+
+from ...core.problem import Problem
+from ..baselines.ps2_moe import moe_baseline, moe_local_baseline, topk_baseline
+from ..references import ps2_moe as ref
+from ..rules import base as rules
+from ..rules import moe as rules_moe
+from . import register
+
+ASSIGNMENT = "ps2_moe"
+
+A_SPEC, B_SPEC, W_SPEC, OUT_SPEC = P("X", "Y"), P("X"), P("X", None, "Y"), P("X", "Y")
+BK_SPEC = P("X", None)
+
+
+#: moe_local and moe_jit are about memory and about what jit communicates, not about beating
+#: the dense baseline: sorting tokens into [E, S, D] buffers does the same E-fold matmul work as
+#: the baseline plus a scatter and a gather of the buffers, which the TPU model prices at about
+#: 1.3-2.5x the dense einsum. Allow that; a blow-up (an [S, D, F] gather, ~17x) still fails.
+BUFFERS_SPEED = {"tpu_model": 3.0}
+
+
+ALL_TO_ALL_RULES = (rules.all_of(rules.uses_shard_map, rules_moe.tokens_travel_all_to_all,
+                                 rules_moe.no_activation_gather_over_x),)
+
+
+# -- memory bounds ---------------------------------------------------------------------------
+
+def _local_memory_bound(case, x, y):
+    a, _, w = case.args
+    s, d = a.shape
+    f = w.shape[2]
+    full = s * d * f * 4
+    return full // 8, (f"an [S, D, F] = [{s}, {d}, {f}] array would take {full / 2**20:.0f} "
+                       "MiB; allowed: an eighth of that")
+
+
+def _all_to_all_memory_bound(case, x, y):
+    a, b, w = case.args
+    s, d = a.shape
+    f = w.shape[2]
+    k = 1 if b.ndim == 1 else b.shape[1]
+    gathered = s * d * 4
+    own = (s // x) * k * (d + f) * 4  # this device's k copies of its tokens and their results
+    mib = 2 ** 20
+    return gathered // 2 + own, (
+        f"one all-gathered copy of A f32[{s}, {d}] alone takes {gathered / mib:.0f} MiB per "
+        f"device; allowed: half of that plus {own / mib:.0f} MiB, room for {k} cop"
+        f"{'y' if k == 1 else 'ies'} of this device's own tokens and results. Keep the "
+        "chunks a fixed small size, not proportional to S")
+
+
+# -- the entries -----------------------------------------------------------------------------
+
+register(Problem(
+    name="moe_local",
+    assignment=ASSIGNMENT,
+    points=3,
+    statement="Out[i] = A[i] @ W[B[i]] on one device (no mesh argument), without building an "
+              "[S, D, F] array: sort the tokens into per-expert buffers.",
+    arg_names=("A", "B", "W"),
+    in_specs=(P(), P(), P()),
+    out_spec=P(),
+    make_case=ref.moe_local_case,
+    reference=ref.moe_reference,
+    baseline=moe_local_baseline,
+    rules=(rules.no_shard_map,),
+    memory_bound=_local_memory_bound,
+    speed_threshold=BUFFERS_SPEED,
+    uses_mesh=False,
+    cases_per_mesh=3,
+    edge_cases=ref.moe_local_edge_cases,
+    layouts=((2, 4),),
+))
+
+register(Problem(
+    name="moe_jit",
+    assignment=ASSIGNMENT,
+    points=2,
+    statement="The routing in jax.jit's global view (no shard_map) on sharded inputs; output "
+              "f32[S, F] sharded P('X', 'Y').",
+    arg_names=("A", "B", "W"),
+    in_specs=(A_SPEC, B_SPEC, W_SPEC),
+    out_spec=OUT_SPEC,
+    make_case=ref.moe_case,
+    reference=ref.moe_reference,
+    baseline=moe_baseline,
+    rules=(rules.no_shard_map,),
+    speed_threshold=BUFFERS_SPEED,
+    cases_per_mesh=1,
+    edge_cases=ref.moe_edge_cases,
+))
+
+register(Problem(
+    name="moe_allgather",
+    assignment=ASSIGNMENT,
+    points=3,
+    statement="shard_map: all_gather the activations over X, apply this device's experts, "
+              "send the results back to their tokens' owners.",
+    arg_names=("A", "B", "W"),
+    in_specs=(A_SPEC, B_SPEC, W_SPEC),
+    out_spec=OUT_SPEC,
+    make_case=ref.moe_case,
+    reference=ref.moe_reference,
+    baseline=moe_baseline,
+    rules=(rules.all_of(rules.uses_shard_map, rules_moe.gathers_activations_over_x),),
+    cases_per_mesh=1,
+    edge_cases=ref.moe_edge_cases,
+))
+
+register(Problem(
+    name="moe_all_to_all",
+    assignment=ASSIGNMENT,
+    points=5,
+    statement="shard_map: tokens travel to the X-group owning their expert with all_to_all "
+              "(fixed-size chunks in a loop) and back; never all-gathers A over X.",
+    arg_names=("A", "B", "W"),
+    in_specs=(A_SPEC, B_SPEC, W_SPEC),
+    out_spec=OUT_SPEC,
+    make_case=ref.moe_case,
+    reference=ref.moe_reference,
+    baseline=moe_baseline,
+    rules=ALL_TO_ALL_RULES,
+    memory_bound=_all_to_all_memory_bound,
+    cases_per_mesh=1,
+    edge_cases=ref.moe_edge_cases,
+    speed_layout=(8, 1),
+))
+
+register(Problem(
+    name="moe_topk",
+    assignment=ASSIGNMENT,
+    points=4,
+    statement="Top-k routing, B: int32[S, k] P('X', None): Out[i] = mean_j A[i] @ W[B[i, j]], "
+              "with the same rules as moe_all_to_all.",
+    arg_names=("A", "B", "W"),
+    in_specs=(A_SPEC, BK_SPEC, W_SPEC),
+    out_spec=OUT_SPEC,
+    make_case=ref.moe_topk_case,
+    reference=ref.moe_topk_reference,
+    baseline=topk_baseline,
+    rules=ALL_TO_ALL_RULES,
+    memory_bound=_all_to_all_memory_bound,
+    cases_per_mesh=1,
+    edge_cases=ref.moe_topk_edge_cases,
+    speed_layout=(8, 1),
+))

@@ -1,0 +1,77 @@
+"""Registry entries for ps4_bidirectional: the collective matmuls on both ring directions
+(Problem 4)."""
+from __future__ import annotations
+
+from jax.sharding import PartitionSpec as P
+
+from ...core.problem import Problem
+from ..baselines.ps3_collective_matmul import matmul_baseline
+from ..references import (
+    ps3_collective_matmul as ref,  # same inputs and references as ps3
+)
+from ..rules.ring import ring_rule
+from . import register
+
+ASSIGNMENT = "ps4_bidirectional"
+
+#: Timed at ps4's own speed shape (global B=D=F=1024, references module): there every ring step's
+#: transfer outlasts its partial matmul on a v5e, so a ring that uses one direction of each link
+#: is bound by its transfers and one that uses both is not. Modeled ratios to jit at mesh 2x4:
+#: the two-way references 0.51 (all-gather), 0.62 (all-reduce), 0.61 (reduce-scatter); the ps3
+#: one-way rings handed in here 0.80, 1.14, 0.91. 0.7 sits between; a real TPU gets room for
+#: timing noise.
+SPEED = {"tpu": 0.75, "tpu_model": 0.7}
+
+register(Problem(
+    name="matmul_allgather_bidirectional",
+    assignment=ASSIGNMENT,
+    points=5,
+    statement="matmul_allgather with both ring directions: about half of A's data travels "
+              "with shift +1 and half with shift -1 (ppermute), each piece multiplied as it "
+              "arrives.",
+    arg_names=("A", "W"),
+    in_specs=(P("X", "Y"), P(None, "Y")),
+    out_spec=P("X", "Y"),
+    make_case=ref.allgather_case_bidirectional,
+    reference=ref.matmul_reference,
+    baseline=matmul_baseline,
+    rules=(ring_rule("allgather", bidirectional=True),),
+    edge_cases=ref.matmul_edge_cases,
+    speed_threshold=SPEED,
+))
+
+register(Problem(
+    name="matmul_allreduce_bidirectional",
+    assignment=ASSIGNMENT,
+    points=5,
+    statement="matmul_allreduce with both ring directions: reduce and share the output tiles "
+              "with ppermutes of shift +1 and -1, about half of the data each way (psum has no "
+              "direction, so it is not used here).",
+    arg_names=("A", "W"),
+    in_specs=(P("X", "Y"), P("Y", None)),
+    out_spec=P("X", None),
+    make_case=ref.allreduce_case_bidirectional,
+    reference=ref.matmul_reference,
+    baseline=matmul_baseline,
+    rules=(ring_rule("allreduce", bidirectional=True),),
+    edge_cases=ref.matmul_edge_cases,
+    speed_threshold=SPEED,
+))
+
+register(Problem(
+    name="matmul_reducescatter_bidirectional",
+    assignment=ASSIGNMENT,
+    points=5,
+    statement="matmul_reducescatter with both ring directions: output-block partial sums "
+              "travel both ways (shift +1 and -1), about half each way, Y-1 blocks sent per "
+              "device in all.",
+    arg_names=("T", "W2"),
+    in_specs=(P("X", "Y"), P("Y", None)),
+    out_spec=P("X", "Y"),
+    make_case=ref.reducescatter_case_bidirectional,
+    reference=ref.matmul_reference,
+    baseline=matmul_baseline,
+    rules=(ring_rule("reducescatter", bidirectional=True),),
+    edge_cases=ref.reducescatter_edge_cases,
+    speed_threshold=SPEED,
+))

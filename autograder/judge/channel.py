@@ -1,0 +1,271 @@
+"""The judge's line to the untrusted worker: starting it in the sandbox, sending requests,
+reading replies within deadlines.
+
+:class:`SandboxExporter` is the :class:`~autograder.judge.artifacts.Exporter` the judge grades
+with: the student's code runs in :mod:`autograder.worker` inside the sandbox
+(:mod:`autograder.isolation`), and every line it sends is parsed as an untrusted record.
+"""
+from __future__ import annotations
+
+import os
+import select
+import time
+from pathlib import Path
+from typing import Optional
+
+from ..core.records import (
+    ExportReply,
+    ExportRequest,
+    Loaded,
+    Loading,
+    Quit,
+    RecordError,
+    parse,
+)
+from ..isolation.sandbox import describe_exit
+
+
+class LineReader:
+    """Lines from a sandboxed worker's stdout, read within a deadline, a line-size cap and a
+    cap on the resident memory of the whole sandbox (then :class:`WorkerStopped`)."""
+
+    def __init__(self, box, memory_mb: Optional[int] = None, max_line: int = 64 << 20):
+        self.box = box
+        self.memory_mb = memory_mb
+        self.max_line = max_line
+        self.buf = b""
+
+    def lines(self, deadline: float):
+        fd = self.box.proc.stdout.fileno()
+        while True:
+            while b"\n" in self.buf:
+                line, self.buf = self.buf.split(b"\n", 1)
+                yield line
+            if len(self.buf) > self.max_line:
+                raise WorkerStopped("it wrote an oversized record", ("protocol", None))
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WorkerStopped("timeout", ("timeout", None))
+            if self.memory_mb and self.box.rss_mb() > self.memory_mb:
+                raise WorkerStopped(f"it used more than {self.memory_mb} MB of memory (all its "
+                                    "processes together) and was stopped", ("memory", None))
+            ready, _, _ = select.select([fd], [], [], min(left, 0.5))
+            if ready:
+                chunk = os.read(fd, 1 << 20)
+                if not chunk:
+                    rc = self.box.proc.wait()
+                    raise WorkerStopped(describe_exit(rc), ("exit", rc))
+                self.buf += chunk
+
+
+class WorkerStopped(Exception):
+    """The untrusted worker died or ran out of time; ``phase`` says where."""
+
+    def __init__(self, why: str, phase: tuple):
+        super().__init__(why)
+        self.why = why
+        self.phase = phase
+
+
+class SandboxExporter:
+    """The untrusted worker in its sandbox, driven over its stdin/stdout.
+
+    :meth:`start` loads the submission (statements that hang or crash are skipped on a
+    restart); :meth:`export` sends requests and collects replies within a time limit. Every
+    line it reads is parsed as an untrusted record. ``functions``: the graded functions the
+    worker is to take out of the submission (default: every one the registry knows).
+    """
+
+    def __init__(self, submission: Path, *, isolated: bool, statement_s: float = 20.0,
+                 load_s: float = 120.0, log: Optional[Path] = None, limits=None,
+                 folder: bool = False, functions: Optional[list[str]] = None):
+        if functions is None:
+            from ..course import registry
+
+            functions = [p.name for p in registry.problems()]
+        self.functions = list(functions)
+        self.submission = Path(submission)
+        self.folder = folder
+        self.isolated = isolated
+        self.statement_s = statement_s
+        self.load_s = load_s
+        self.log = log
+        self.limits = limits
+        self.skip: list[int] = []
+        self.notes: list[str] = []
+        self.defined: list[str] = []
+        self.box = None
+        self.reader: Optional[LineReader] = None
+        #: requests sent to the current worker (each once), those not answered yet, and
+        #: replies that came before they were asked for
+        self.sent: set[int] = set()
+        self.pending: dict[int, ExportRequest] = {}
+        self.replies: dict[int, ExportReply] = {}
+
+    # -- process ---------------------------------------------------------------------------
+    def _spawn(self):
+        extra = ["--statement-timeout", str(self.statement_s),
+                 "--functions", ",".join(self.functions)]
+        if self.skip:
+            extra += ["--skip", ",".join(map(str, self.skip))]
+        if self.folder:
+            extra.append("--folder-on-path")
+        self.box = spawn_untrusted(self.submission, extra, isolated=self.isolated, log=self.log,
+                                   limits=self.limits, whole_folder=self.folder)
+        self.reader = LineReader(self.box, getattr(self.limits, "memory_mb", None))
+
+    def close(self) -> None:
+        if self.box is not None:
+            try:
+                self.box.proc.stdin.write(Quit().to_line().encode())
+                self.box.proc.stdin.close()
+            except (BrokenPipeError, OSError, ValueError):
+                pass
+            self.box.kill()
+            self.box = None
+
+    def _lines(self, deadline: float):
+        return self.reader.lines(deadline)
+
+    # -- loading ---------------------------------------------------------------------------
+    def launch(self) -> None:
+        """Start the worker now (it loads while this process imports JAX); :meth:`start`
+        then waits for it."""
+        self._spawn()
+
+    def start(self) -> None:
+        """Load the submission, skipping statements that hang or crash the worker."""
+        deadline = time.monotonic() + self.load_s
+        while True:
+            if self.box is None:
+                self._spawn()
+            where = None
+            try:
+                for line in self._lines(deadline):
+                    try:
+                        rec = parse(line, allowed=(Loading, Loaded))
+                    except RecordError:
+                        continue
+                    if isinstance(rec, Loading):
+                        where = rec
+                        continue
+                    self.defined = list(rec.defined)
+                    self.notes += list(rec.notes)
+                    return
+            except WorkerStopped as e:
+                self.box.kill()
+                self.box = None
+                if where is None or time.monotonic() >= deadline:
+                    why = (f"ran past the {self.load_s:g} s limit for loading"
+                           if e.phase[0] == "timeout" else e.why)
+                    self.notes.append(f"the submission could not be loaded: {why}")
+                    self.defined = []
+                    return
+                self.skip.append(where.stmt)
+                why = "it ran too long" if e.phase[0] == "timeout" else e.why
+                self.notes.append(f"{where.where}: skipped, {why} while this statement was "
+                                  "being loaded")
+
+    # -- programs --------------------------------------------------------------------------
+    def submit(self, requests) -> None:
+        """Send requests now (the worker exports while this side compiles earlier ones)."""
+        if self.box is None:
+            return
+        try:
+            for r in requests:
+                if r.id not in self.sent:
+                    self.sent.add(r.id)
+                    self.pending[r.id] = r
+                    self.box.proc.stdin.write(r.to_line().encode())
+            self.box.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass
+
+    def export(self, requests, timeout=120.0, on_reply=None):
+        """Replies for ``requests`` (sent now unless :meth:`submit` sent them already);
+        ``on_reply`` sees each as it arrives."""
+        if self.box is None:
+            return {r.id: ExportReply.of(r.id, error="the submission could not be loaded")
+                    for r in requests}
+        self.submit(requests)
+        want = {r.id for r in requests}
+        out = {i: self.replies.pop(i) for i in list(want) if i in self.replies}
+        for rec in out.values():
+            if on_reply is not None:
+                on_reply(rec)
+        try:
+            if len(out) < len(want):
+                for line in self._lines(time.monotonic() + timeout):
+                    try:
+                        rec = parse(line, allowed=(ExportReply,))
+                    except RecordError:
+                        continue
+                    if rec.id not in self.pending:
+                        continue
+                    del self.pending[rec.id]
+                    if rec.id in want:
+                        out[rec.id] = rec
+                        if on_reply is not None:
+                            on_reply(rec)
+                    else:
+                        self.replies[rec.id] = rec
+                    if len(out) == len(want):
+                        break
+        except WorkerStopped as e:
+            why = (f"it ran past the {timeout:g} s time limit for tracing and exporting the "
+                   "function (a loop that never ends at trace time?)" if e.phase[0] == "timeout" else
+                   f"the worker tracing it stopped: {e.why}")
+            for r in requests:
+                out.setdefault(r.id, ExportReply.of(r.id, error=why))
+                self.pending.pop(r.id, None)
+            later = list(self.pending.values())
+            self.box.kill()
+            self.start_again()
+            self.pending, self.sent = {}, set(self.replies)
+            self.submit(later)
+        return out
+
+    def start_again(self) -> None:
+        """A fresh worker after a hang or crash (the loading notes are not repeated)."""
+        notes = list(self.notes)
+        self.box = None
+        self.start()
+        self.notes = notes
+
+
+def spawn_untrusted(target: Path, extra: list[str], *, isolated: bool,
+                    log: Optional[Path] = None, limits=None, whole_folder: bool = False):
+    """``python -m autograder.worker TARGET ...`` in the sandbox: ``target`` (a file, or with
+    ``whole_folder`` its folder too, for a student's own assignment folder) is all it sees of
+    this machine besides the Python runtime and the worker's part of the package."""
+    import sys
+
+    from ..isolation import sandbox as isolation
+
+    target = Path(target)
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": isolation.HOME,
+           "TMPDIR": "/tmp", "PYTHONNOUSERSITE": "1", "PYTHONUNBUFFERED": "1",
+           "PYTHONHASHSEED": "0", "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "3",
+           "MPLBACKEND": "Agg", "XLA_FLAGS": os.environ.get("XLA_FLAGS", "")}
+    if isolated:
+        inside = f"{isolation.SUBMISSION_DIR}/{target.name}"
+        src = (target.parent, isolation.SUBMISSION_DIR) if whole_folder else (target, inside)
+        binds = isolation.python_binds() + [src]
+        env["PYTHONPATH"] = isolation.GRADER_ROOT
+    else:
+        import tempfile
+
+        inside, binds = str(target), []
+        env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+        scratch = tempfile.mkdtemp(prefix="autograde-home-")  # removed when the box is killed
+        env["HOME"] = env["TMPDIR"] = scratch
+    argv = [sys.executable, "-s", "-P", "-m", "autograder.worker", inside, *extra]
+    logf = open(log, "ab") if log else open(os.devnull, "wb")
+    try:
+        kw = {} if limits is None else {"limits": limits}
+        box = isolation.spawn(argv, binds=binds, env=env, isolated=isolated, stderr=logf, **kw)
+        if not isolated:
+            box.scratch = Path(env["HOME"])
+        return box
+    finally:
+        logf.close()

@@ -1,0 +1,701 @@
+"""The trusted runner: gathers evidence about one graded function and hands it to the checks.
+
+``grade_function(problem, exporter)`` plans the cases from a fresh secret seed and asks the
+untrusted side for the student's *programs* (``jax.export`` artifacts of
+``jax.jit(functools.partial(fn, mesh=mesh))`` for each mesh layout and argument signature; the
+request carries shapes, never values). Once the artifacts are here it makes the inputs, compiles
+and runs each program, reads its structure from the StableHLO it holds, measures memory and
+speed against the jit baseline and returns a :class:`FunctionResult`. Every failure (an export
+error, a program that hangs, NaNs, a wrong shape) becomes a failed check with a message.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import secrets
+import statistics
+import threading
+import time
+import zlib
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+import numpy as np
+
+from ..core.compare import copies_disagree, genuine_array, sharding_problem
+from ..core.devices import platform as current_platform
+from ..core.errors import GradingTimeout, describe_error, time_limit
+from ..core.meshes import layouts as all_layouts
+from ..core.meshes import make_mesh
+from ..core.problem import Case, Problem
+from ..core.records import ArgSpec, ExportRequest, spec_of
+from ..core.results import CheckResult, FunctionResult, failed, skipped
+from ..core.stablehlo import program_from_exported
+from ..course import checks
+from .artifacts import Artifact, ArtifactError, load_artifact
+from .reuse import VerdictStore, artifact_digest, function_key
+from .timing import phase
+
+# Bound before any student code can run in this process; later patches of the time module do
+# not reach it.
+_clock = time.perf_counter
+
+#: programs compiled at once for the numerics (one per core here)
+COMPILE_THREADS = max(1, min(4, os.cpu_count() or 1))
+
+#: seconds allowed for one compile-and-run of student code
+CALL_TIMEOUT = float(os.environ.get("AUTOGRADER_CALL_TIMEOUT", "60"))
+
+
+def _short_error(e: BaseException) -> str:
+    if isinstance(e, GradingTimeout):
+        return f"your function {e} (a loop that never ends, or far too much work)"
+    return describe_error(e, limit=800)
+
+
+def _place(problem: Problem, case: Case, mesh):
+    import jax
+    from jax.sharding import NamedSharding
+
+    out = []
+    for a, spec in zip(case.args, problem.in_specs):
+        if spec is None:
+            out.append(a)
+        elif problem.uses_mesh:
+            out.append(jax.device_put(a, NamedSharding(mesh, spec)))
+        else:
+            out.append(jax.device_put(a, mesh.devices.flat[0]))
+    return out
+
+
+def _dynamic(problem: Problem, args):
+    return [a for a, s in zip(args, problem.in_specs, strict=True) if s is not None]
+
+
+def _bind(problem: Problem, fn, mesh) -> Callable:
+    return functools.partial(fn, mesh=mesh) if problem.uses_mesh else fn
+
+
+#: XLA:CPU compiles a small program about 3x faster without LLVM's heavy optimisations and
+#: with its classic fusion emitters instead of the newer MLIR ones; the numerics runs use this
+#: (the program XLA's HLO passes produce is the same; only the machine code differs). Options
+#: this XLA does not know are left out (see :func:`cpu_options`).
+FAST_CPU_COMPILE = {"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitters": False}
+#: the memory check's compile: XLA's own passes (fusion, buffer assignment) as in a normal
+#: compile, so its temp bytes are the real ones; only LLVM's optimisation level is lowered
+MEMORY_CPU_COMPILE = {"xla_backend_optimization_level": 0}
+
+
+@functools.lru_cache(maxsize=None)
+def _known_option(name: str, value) -> bool:
+    import jax
+
+    try:
+        jax.jit(lambda v: v + 1).lower(np.float32(1)).compile({name: value})
+        return True
+    except Exception:  # noqa: BLE001 - "No such compile option" on an XLA without it
+        return False
+
+
+def cpu_options(options: dict) -> dict:
+    """``options`` without those this version of XLA does not accept."""
+    return {k: v for k, v in options.items() if _known_option(k, v)}
+
+
+def compile_for(problem: Problem, fn, mesh, args, *, baseline: bool = False,
+                options: Optional[dict] = None):
+    """jit + lower + compile trusted ``fn`` (the jit baseline) for these placed args."""
+    import jax
+    from jax.sharding import NamedSharding
+
+    kw = {}
+    if baseline and problem.uses_mesh:
+        kw["out_shardings"] = NamedSharding(mesh, problem.out_spec)
+    jitted = jax.jit(_bind(problem, fn, mesh), static_argnums=problem.static_argnums, **kw)
+    return jitted.lower(*args).compile(options)
+
+
+def speed_options() -> Optional[dict]:
+    """How the speed case is compiled, the student's program and the baseline alike: on CPU,
+    where wall-clock only guards against blow-ups and the TPU model is the basis, as quickly
+    as the numerics (both sides the same, so the ratio stays fair); elsewhere as XLA would."""
+    return cpu_options(FAST_CPU_COMPILE) if current_platform() == "cpu" else None
+
+
+def _signature(problem: Problem, case: Case) -> tuple:
+    """What a compiled executable depends on: array shapes and dtypes, static values."""
+    return tuple((a.shape, a.dtype.str) if s is not None else ("static", a)
+                 for a, s in zip(case.args, problem.in_specs, strict=True))
+
+
+def request_for(problem: Problem, case: Case, layout, rid: int, platform: str) -> ExportRequest:
+    """What the untrusted side is told about a case: shapes, dtypes, shardings, static values
+    (never the array values)."""
+    args = []
+    for a, spec in zip(case.args, problem.in_specs, strict=True):
+        if spec is None:
+            args.append(ArgSpec(static=int(a)))
+        else:
+            args.append(ArgSpec(shape=tuple(int(d) for d in a.shape), dtype=a.dtype.name,
+                                spec=spec_of(spec) if problem.uses_mesh else None))
+    return ExportRequest(rid, problem.name, tuple(layout) if problem.uses_mesh else None,
+                         tuple(args), platform)
+
+
+@dataclass
+class Plan:
+    """Every case one function is graded on, as shapes: the inputs themselves are made from
+    the secret seed only after the programs have arrived."""
+
+    problem: Problem
+    seed: int
+    quick: bool
+    with_big: bool
+    platform: str
+    #: request ids start here (one exporter serves every function of a submission)
+    id_base: int = 0
+    #: (layout, signature) -> its ExportRequest; the cases themselves are rebuilt from the seed
+    #: by :meth:`cases` and :meth:`big` whenever they are needed
+    requests: dict = field(default_factory=dict)
+
+    def _rng(self, which: int) -> np.random.Generator:
+        return np.random.default_rng([self.seed, zlib.crc32(self.problem.name.encode()), which])
+
+    def layouts(self):
+        lays = self.problem.layouts or all_layouts()
+        return lays[:2] if self.quick else lays
+
+    def cases(self):
+        """[(layout, [Case, ...])] for the numerics, rebuilt identically on every call."""
+        out = []
+        for i, layout in enumerate(self.layouts()):
+            rng = self._rng(i)
+            n = 1 if self.quick else self.problem.cases_per_mesh
+            cases = [self.problem.case(rng, *layout, "grade") for _ in range(n)]
+            if not self.quick:
+                cases += self.problem.edges(rng, *layout)
+            out.append((layout, cases))
+        return out
+
+    def big(self, size: str) -> tuple:
+        """(layout, Case) of the memory or speed check."""
+        layout = self.problem.speed_layout
+        rng = self._rng(1000 + ("memory", "speed").index(size))
+        return layout, self.problem.case(rng, *layout, size)
+
+    def request(self, layout, case: Case) -> ExportRequest:
+        key = (tuple(layout), _signature(self.problem, case))
+        if key not in self.requests:
+            self.requests[key] = request_for(self.problem, case, layout,
+                                             self.id_base + len(self.requests), self.platform)
+        return self.requests[key]
+
+    def all_requests(self) -> list[ExportRequest]:
+        """Every request of this function, planned once (the cases are made only to read
+        their shapes, then dropped)."""
+        if self.requests:
+            return list(self.requests.values())
+        for layout, cases in self.cases():
+            for c in cases:
+                self.request(layout, c)
+        if self.with_big:
+            sizes = (["memory"] if self.problem.memory_bound is not None else []) + (
+                ["speed"] if self.problem.baseline is not None else [])
+            for size in sizes:
+                self.request(*self.big(size))
+        return list(self.requests.values())
+
+
+class Programs:
+    """The artifacts of one function, checked on arrival and compiled once per signature.
+
+    Compiles may run in a pool of :data:`COMPILE_THREADS` (inside :meth:`compiling`): each
+    numerics program starts compiling as soon as its artifact arrives (:meth:`arrived`),
+    while the worker still exports the others. A program asked for while it compiles is
+    waited for, never compiled twice."""
+
+    def __init__(self, plan: Plan, replies: Optional[dict] = None):
+        self.plan = plan
+        self.replies = dict(replies or {})
+        self._loaded: dict = {}
+        self._compiled: dict = {}
+        self._lock = threading.Lock()
+        self._pool = None
+        self._jobs: list = []
+        self._cancelled = False
+        self._numerics: Optional[dict] = None  # request id -> (layout, case) to compile
+        self._cases: Optional[list] = None
+
+    # -- artifacts -------------------------------------------------------------------------
+    def artifact(self, layout, case: Case) -> Artifact:
+        return self._artifact(self.plan.request(layout, case))
+
+    def _artifact(self, req: ExportRequest) -> Artifact:
+        if req.id not in self._loaded:
+            try:
+                got = load_artifact(self.replies.get(req.id), req)
+            except ArtifactError as e:
+                got = e
+            self._loaded.setdefault(req.id, got)
+        got = self._loaded[req.id]
+        if isinstance(got, ArtifactError):
+            raise got
+        return got
+
+    def key(self, *, with_speed: bool) -> Optional[str]:
+        """The key of this function's verdict (:mod:`autograder.judge.reuse`); None unless every
+        program arrived intact."""
+        digests = []
+        with phase("program digests"):
+            for req in self.plan.all_requests():
+                try:
+                    digests.append((req, artifact_digest(self._artifact(req))))
+                except Exception:  # noqa: BLE001 - an export error, a broken artifact
+                    return None
+        return function_key(self.plan, digests, options={"speed": with_speed})
+
+    # -- compiles --------------------------------------------------------------------------
+    def _once(self, key, make):
+        """``make()``'s result for ``key``, made once whichever thread asks first."""
+        with self._lock:
+            fut = self._compiled.get(key)
+            mine = fut is None
+            if mine:
+                fut = self._compiled[key] = Future()
+        if mine:
+            try:
+                fut.set_result(make())
+            except Exception as e:  # noqa: BLE001 - kept, and raised where it is used
+                fut.set_exception(e)
+        return fut.result()
+
+    def compiled(self, layout, case: Case, mesh, args, *, fast):
+        """The compiled program for this case (``fast``: without LLVM's heavy passes on CPU,
+        for the numerics, or ``"memory"``; the HLO and its text are the same)."""
+        def make():
+            import jax
+
+            art = self.artifact(layout, case)
+            lowered = jax.jit(art.call).lower(*_dynamic(self.plan.problem, args))
+            if fast and current_platform() == "cpu":
+                return lowered.compile(cpu_options(
+                    MEMORY_CPU_COMPILE if fast == "memory" else FAST_CPU_COMPILE))
+            return lowered.compile()
+
+        return self._once((self.plan.request(layout, case).id, fast), make)
+
+    def speed_program(self, layout, case: Case, mesh, args):
+        """``(compiled, partitioned text)`` of the speed case: one full compile serves both the
+        timing and the TPU model."""
+        def make():
+            import jax
+
+            from ..tpumodel.api import compile_partitioned
+
+            art = self.artifact(layout, case)
+            lowered = jax.jit(art.call).lower(*_dynamic(self.plan.problem, args))
+            return compile_partitioned(lowered, speed_options())
+
+        return self._once((self.plan.request(layout, case).id, "speed"), make)
+
+    def pinned_speed_program(self, layout, case: Case, mesh, args) -> tuple[str, tuple]:
+        """``(partitioned text, trip counts)`` of the speed case's program with each loop's trip
+        count fixed to what it runs on the speed case's own arrays (counted here, by running the
+        instrumented artifact; see :mod:`autograder.tpumodel.loops`)."""
+        def make():
+            import jax
+
+            from ..tpumodel.api import compile_partitioned
+            from ..tpumodel.loops import pinned, trip_counts
+
+            art = self.artifact(layout, case)
+            dynamic = _dynamic(self.plan.problem, args)
+            trips = trip_counts(art.exported, dynamic)
+            lowered = jax.jit(pinned(art.exported, trips).call).lower(*dynamic)
+            return compile_partitioned(lowered, speed_options())[1], trips
+
+        return self._once((self.plan.request(layout, case).id, "pinned"), make)
+
+    @contextlib.contextmanager
+    def compiling(self):
+        """A pool that compiles numerics programs in the background while this is open."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(COMPILE_THREADS) as pool:
+            self._pool = pool
+            try:
+                yield self
+            finally:
+                self._pool = None
+
+    def cancel(self) -> None:
+        """Drop the compiles not started yet (their verdict is known)."""
+        self._cancelled = True
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def cases(self) -> list:
+        """The plan's numerics cases, made once (the first time a program arrives or is run)."""
+        if self._cases is None:
+            self._cases = self.plan.cases()
+        return self._cases
+
+    def _numerics_cases(self) -> dict:
+        if self._numerics is None:
+            self._numerics = {}
+            for layout, cases in self.cases():
+                for c in cases:
+                    self._numerics.setdefault(self.plan.request(layout, c).id, (layout, c))
+        return self._numerics
+
+    def _start(self, rid: int) -> None:
+        todo = self._numerics_cases().pop(rid, None)
+        if todo is None or self._pool is None:
+            return
+        layout, case = todo
+        problem = self.plan.problem
+
+        def one():
+            if self._cancelled:
+                return
+            try:
+                mesh = _mesh_for(problem, layout)
+                self.compiled(layout, case, mesh, _place(problem, case, mesh), fast=True)
+            except Exception:  # noqa: BLE001 - run_case reports it
+                pass
+
+        self._jobs.append(self._pool.submit(one))
+
+    def arrived(self, reply) -> None:
+        """An export reply is here: start compiling its numerics program."""
+        self.replies[reply.id] = reply
+        if reply.error is None:
+            self._start(reply.id)
+
+    def precompile(self) -> None:
+        """Compile every numerics program not started yet, and wait for all of them."""
+        with phase("compile numerics"):
+            if self._pool is None:
+                with self.compiling():
+                    self.precompile()
+                return
+            for rid in list(self._numerics_cases()):
+                self._start(rid)
+            for job in list(self._jobs):
+                job.result()
+
+
+def _mesh_for(problem: Problem, layout):
+    return make_mesh(*layout)
+
+
+def run_case(programs: Programs, layout, case: Case, *, want_program: bool,
+             timeout: float | None = None) -> checks.Attempt:
+    """Run one case of the student's program, and read its structure if asked."""
+    import jax
+
+    problem = programs.plan.problem
+    mesh = _mesh_for(problem, layout)
+    att = checks.Attempt(mesh=mesh, layout=layout, case=case)
+    att.expected = np.asarray(problem.reference(case.args, *layout))
+    try:
+        with time_limit(CALL_TIMEOUT if timeout is None else timeout):
+            args = _place(problem, case, mesh)
+            compiled = programs.compiled(layout, case, mesh, args, fast=True)
+            out = compiled(*_dynamic(problem, args))
+            out = genuine_array(out)
+            out.block_until_ready()
+            att.value = np.asarray(jax.device_get(out))
+            if problem.uses_mesh:
+                att.sharding_error = sharding_problem(out, mesh, problem.out_spec)
+                att.copies_error = copies_disagree(out, mesh, problem.rtol, problem.atol)
+            if want_program:
+                art = programs.artifact(layout, case)
+                shape = tuple(int(s) for s in mesh.devices.shape) if problem.uses_mesh else None
+                with phase("read structure"):
+                    att.program = program_from_exported(art.exported, mesh_shape=shape,
+                                                        compiled_text=compiled.as_text())
+    except ArtifactError as e:
+        att.error = str(e)
+    except BaseException as e:  # noqa: BLE001
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        att.error = _short_error(e)
+    return att
+
+
+def gather_attempts(programs: Programs) -> list[checks.Attempt]:
+    attempts = []
+    cases = programs.cases()
+    programs.precompile()
+    for layout, cs in cases:
+        for i, case in enumerate(cs):
+            att = run_case(programs, layout, case, want_program=(i == 0))
+            attempts.append(att)
+            if att.error and "timed out" in att.error:
+                return attempts  # one hang is enough evidence; do not wait for more
+    return attempts
+
+
+def measure(student, baseline, args, *, rounds: int = 15, min_batch_s: float = 2e-3) -> tuple:
+    """Interleaved timing: (student_s, baseline_s, median per-round ratio)."""
+    import jax
+
+    def once(f, n):
+        t0 = _clock()
+        for _ in range(n):
+            out = f(*args)
+        jax.block_until_ready(out)
+        return (_clock() - t0) / n
+
+    once(student, 1)  # warm
+    n, t = 1, once(baseline, 1)
+    while t * n < min_batch_s and n < 1024:
+        n *= 2
+        t = once(baseline, n)
+    ts, tb, ratios = [], [], []
+    for r in range(rounds):
+        if r % 2:
+            b = once(baseline, n)
+            s = once(student, n)
+        else:
+            s = once(student, n)
+            b = once(baseline, n)
+        ts.append(s)
+        tb.append(b)
+        ratios.append(s / max(b, 1e-12))
+    return statistics.median(ts), statistics.median(tb), statistics.median(ratios)
+
+
+def fresh_seed() -> int:
+    """A secret seed for one grading run: nothing a student can predict or memorise."""
+    return secrets.randbits(63)
+
+
+def plan_for(problem: Problem, *, seed: int | None = None, quick: bool = False,
+             with_speed: bool = True, id_base: int = 0) -> Plan:
+    """The cases ``problem`` is graded on, from ``seed`` (None: a fresh secret one)."""
+    return Plan(problem, fresh_seed() if seed is None else seed, quick,
+                with_big=problem.memory_bound is not None or (
+                    with_speed and problem.baseline is not None),
+                platform=current_platform(), id_base=id_base)
+
+
+def grade_function(problem: Problem, source, *, seed: int | None = None, quick: bool = False,
+                   with_speed: bool = True, modeler: Optional[Callable] = None,
+                   export_timeout: float = 120.0, plan: Optional[Plan] = None,
+                   store: Optional[VerdictStore] = None) -> FunctionResult:
+    """Grade one function from the programs ``source`` exports.
+
+    ``source`` is an :class:`~autograder.judge.artifacts.Exporter`: the sandboxed worker, or,
+    for trusted code in this process, :class:`~autograder.worker.local.LocalExporter` (see
+    :func:`autograder.supervisor.local.grade_function`); None: the submission does not define
+    the function. Every check runs on the exported program; nothing here calls the student's
+    Python. ``store``: verdicts of identical programs graded before on the same inputs
+    (:mod:`autograder.judge.reuse`), reused and added to.
+    """
+    res = FunctionResult(problem.name, float(problem.points), weights=dict(problem.weights))
+    if source is None or not hasattr(source, "export"):
+        why = f"function {problem.name!r} not found in the submission"
+        res.checks = [skipped(n, why) if n != "numerics" else failed(n, why)
+                      for n in problem.check_names]
+        return res
+    exporter = source
+    plan = plan or plan_for(problem, seed=seed, quick=quick, with_speed=with_speed)
+    requests = plan.all_requests()
+    programs = Programs(plan)
+    with programs.compiling():
+        with phase("wait for exports"):
+            replies = exporter.export(requests, export_timeout, on_reply=programs.arrived)
+        programs.replies.update(replies)
+        key = programs.key(with_speed=with_speed) if store is not None else None
+        earlier = store.get(key) if key else None
+        if earlier is not None:
+            try:
+                res.checks = [CheckResult.from_dict(c) for c in earlier]
+                res.reused = True
+                programs.cancel()
+                return res
+            except ValueError:
+                res.checks = []
+        _grade(programs, res, with_speed=with_speed, modeler=modeler)
+    # A verdict that hit a time limit may owe it to a busy machine: never handed on.
+    if key and not any("timed out" in c.message for c in res.checks):
+        store.put(key, [c.to_dict() for c in res.checks])
+    return res
+
+
+def _grade(programs: Programs, res: FunctionResult, *, with_speed: bool, modeler) -> None:
+    problem = programs.plan.problem
+    with phase("numerics (compile and run)"):
+        attempts = gather_attempts(programs)
+    num = checks.numerics(problem, attempts)
+    res.checks.append(num)
+    if any(a.error is not None for a in attempts):
+        # a function that raised (or could not be exported or run) earns nothing else
+        res.checks += [skipped(n, "the function must run on every case first (see numerics)")
+                       for n in problem.check_names[1:]]
+        return
+    res.checks.append(checks.sharding(problem, attempts))
+    if not num.passed:
+        res.checks += [skipped(n, "the numerics check must pass first")
+                       for n in problem.check_names[1:] if n != "sharding"]
+        return
+    res.checks.append(checks.structure(problem, attempts))
+    if problem.memory_bound is not None:
+        with phase("memory"):
+            res.checks.append(_memory_check(programs))
+    if problem.baseline is not None and with_speed:
+        if modeler is None:
+            modeler = _default_modeler()
+        res.checks.append(_speed_check(programs, modeler))
+
+
+def _memory_check(programs: Programs) -> CheckResult:
+    problem = programs.plan.problem
+    layout, case = programs.plan.big("memory")
+    mesh = _mesh_for(problem, layout)
+    where = checks.where(problem, layout, case)
+    try:
+        with time_limit(CALL_TIMEOUT):
+            args = _place(problem, case, mesh)
+            compiled = programs.compiled(layout, case, mesh, args, fast="memory")
+            stats = compiled.memory_analysis()
+            temp = None if stats is None else int(stats.temp_size_in_bytes)
+            with phase("memory: check the values"):
+                wrong = _big_case_values(problem, "memory", where, compiled, case, layout, args)
+    except BaseException as e:  # noqa: BLE001
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        return failed("memory", f"{where}: could not compile and run it: {_short_error(e)}")
+    if wrong is not None:
+        return wrong
+    bound, what = problem.memory_bound(case, *layout)
+    return checks.memory(problem, temp, int(bound), what, where)
+
+
+def _big_case_values(problem: Problem, check: str, where: str, compiled, case: Case, layout,
+                     args) -> Optional[CheckResult]:
+    """Run the program compiled for the memory or speed case once and compare its output with
+    the NumPy reference (:func:`checks.big_case_values`)."""
+    import jax
+
+    out = genuine_array(compiled(*_dynamic(problem, args)))
+    value = np.asarray(jax.device_get(out))
+    expected = np.asarray(problem.reference(case.args, *layout))
+    copies = (copies_disagree(out, _mesh_for(problem, layout), problem.rtol, problem.atol)
+              if problem.uses_mesh else None)
+    return checks.big_case_values(problem, check, where, value, expected, copies)
+
+
+def _speed_check(programs: Programs, modeler) -> CheckResult:
+    problem = programs.plan.problem
+    layout, case = programs.plan.big("speed")
+    mesh = _mesh_for(problem, layout)
+    try:
+        with time_limit(2 * CALL_TIMEOUT):
+            args = _place(problem, case, mesh)
+            modeled: dict = {}
+            with phase("speed: compile"):  # one compile: the executable and the model's input
+                if modeler is not None:
+                    student, st_text = programs.speed_program(layout, case, mesh, args)
+                else:
+                    student = programs.compiled(layout, case, mesh, args, fast=False)
+            with phase("speed: check the values"):
+                wrong = _big_case_values(problem, "speed", checks.where(problem, layout, case),
+                                         student, case, layout, args)
+            if wrong is not None:
+                return wrong
+            if modeler is not None:
+                with phase("speed: compile"):
+                    base_text = baseline_text(problem, layout, case, mesh, args)
+                with phase("speed: model"):
+                    modeled = modeler(problem, None, mesh, args, program=True,
+                                      texts=(st_text, base_text),
+                                      pinned=lambda: programs.pinned_speed_program(
+                                          layout, case, mesh, args)) or {}
+            # Wall-clock is timed only where it decides: a real accelerator, or a program the
+            # model cannot read. Where the model decides, timing emulated devices adds nothing.
+            rounds = 0 if "ratio" in modeled else MEASURED_ROUNDS
+            s = b = ratio = float("nan")
+            if rounds:
+                with phase("speed: compile"):
+                    base = compile_for(problem, problem.baseline, mesh, args, baseline=True,
+                                       options=None if modeler is None else speed_options())
+                with phase("speed: measure"):
+                    s, b, ratio = measure(student, base, _dynamic(problem, args),
+                                          rounds=rounds)
+    except BaseException as e:  # noqa: BLE001
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        return failed("speed", f"could not time it: {_short_error(e)}")
+    modeled = dict(modeled or {})
+    note = modeled.pop("note", None) if "ratio" not in modeled else None
+    t = checks.Timing(student_us=s * 1e6, baseline_us=b * 1e6, ratio=ratio, rounds=rounds,
+                      platform=current_platform(), modeled=modeled if "ratio" in modeled else {})
+    res = checks.speed(problem, t)
+    if note:
+        res.message += f" (note: {note})"
+    return res
+
+
+#: interleaved timing rounds when wall-clock is the speed basis
+MEASURED_ROUNDS = 15
+
+#: the trusted side's class-wide cache (set by :func:`autograder.judge.enable_cache`); the
+#: jit baselines' partitioned modules are kept under ``model/`` there
+CACHE_DIR: Optional[Path] = None
+
+
+@functools.lru_cache(maxsize=None)
+def _baseline_text_key(problem_name: str, layout: tuple, signature: tuple) -> str:
+    import hashlib
+
+    import jax
+
+    from ..core.identity import grader_hash
+
+    return hashlib.sha256(repr((grader_hash(), jax.__version__, problem_name, layout,
+                                signature)).encode()).hexdigest()[:24]
+
+
+_baseline_texts: dict = {}
+
+
+def baseline_text(problem: Problem, layout, case: Case, mesh, args) -> str:
+    """The partitioned module of the speed case's jit baseline, for the model: computed once per
+    grader and JAX version, then read from the class-wide cache."""
+    from ..tpumodel.api import partitioned_hlo
+
+    key = _baseline_text_key(problem.name, tuple(layout), _signature(problem, case))
+    if key in _baseline_texts:
+        return _baseline_texts[key]
+    path = CACHE_DIR / "model" / f"{problem.name}-{key}.hlo" if CACHE_DIR else None
+    text = None
+    if path is not None and path.exists():
+        text = path.read_text(encoding="utf-8")
+    if not text:
+        from jax.sharding import NamedSharding
+
+        outs = NamedSharding(mesh, problem.out_spec) if problem.uses_mesh else None
+        text = partitioned_hlo(_bind(problem, problem.baseline, mesh), args,
+                               static_argnums=problem.static_argnums, out_shardings=outs)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(text, encoding="utf-8")
+            os.replace(tmp, path)
+    _baseline_texts[key] = text
+    return text
+
+
+def _default_modeler():
+    """The modeled-TPU speed basis when no TPU is present (None on a TPU: measured time)."""
+    try:
+        from ..tpumodel import default_modeler
+    except ImportError as e:
+        raise RuntimeError(f"the TPU model could not be loaded ({e})") from e
+    return default_modeler()

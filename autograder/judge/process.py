@@ -1,0 +1,186 @@
+"""The trusted grader: one submission, graded from the programs its worker exports.
+
+    python -m autograder.judge SUBMISSION [--assignment ID] [--only f,g] [--seed N]
+        [--quick] [--no-speed] [--no-isolation] [--skip 3,7] [--cache-dir DIR]
+
+Started by the supervisor (:mod:`autograder.supervisor`), which reads its records
+(:mod:`autograder.core.records`: ``plan``, ``start``, ``result``, ``done``) from stdout and enforces
+the time and memory limits. This process never imports or calls student code: it starts the
+untrusted worker in its sandbox (:class:`~autograder.judge.artifacts.SandboxExporter`), asks it for
+programs, and checks, compiles, runs and measures those programs itself, with inputs drawn from
+a secret seed after the programs have arrived, weights and thresholds from its own registry.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+_T0 = time.perf_counter()
+
+
+def choose_problems(assignment: str | None, defined: list[str], path: Path):
+    """The assignment and its problems: as given, or read from the file's name, or from the
+    functions it defines."""
+    from ..course import registry
+
+    if assignment:
+        return assignment, registry.problems(assignment)
+    for a in registry.assignments():
+        if a in path.stem or a in path.parent.name:
+            return a, registry.problems(a)
+    hit = [a for a in registry.assignments()
+           if any(p.name in defined for p in registry.problems(a))]
+    if len(hit) == 1:
+        return hit[0], registry.problems(hit[0])
+    chosen = hit or registry.assignments()
+    return None, [p for a in chosen for p in registry.problems(a)]
+
+
+def enable_cache(cache_dir: str | None) -> None:
+    """JAX's persistent compilation cache (``CACHE/xla``), the trusted side's alone."""
+    if not cache_dir:
+        return
+    import jax
+
+    jax.config.update("jax_compilation_cache_dir", str(Path(cache_dir) / "xla"))
+    from . import grading
+
+    grading.CACHE_DIR = Path(cache_dir)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+def warm(assignments: list[str], *, with_speed: bool) -> None:
+    """Compile every jit baseline of the speed check (into the persistent cache, for the
+    programs the model cannot read), and keep its partitioned module for the TPU model."""
+    from ..course import registry
+    from . import grading
+
+    if not with_speed:
+        return
+    for p in registry.problems():
+        if (assignments and p.assignment not in assignments) or p.baseline is None:
+            continue
+        plan = grading.Plan(p, 0, False, True, grading.current_platform())
+        layout, case = plan.big("speed")
+        mesh = grading.make_mesh(*layout)
+        args = grading._place(p, case, mesh)
+        grading.baseline_text(p, layout, case, mesh, args)
+        grading.compile_for(p, p.baseline, mesh, args, baseline=True,
+                            options=grading.speed_options())
+
+
+def exporter_for(a):
+    """The sandboxed worker for this submission (started, not yet waited for)."""
+    from ..isolation.sandbox import SandboxLimits
+    from .channel import SandboxExporter
+
+    limits = SandboxLimits(file_size_mb=a.output_mb, memory_mb=a.memory_mb, **(
+        {"address_space_mb": a.address_space_mb} if a.address_space_mb else {}))
+    exporter = SandboxExporter(Path(a.submission).resolve(), isolated=not a.no_isolation,
+                               statement_s=a.statement_timeout, load_s=a.load_timeout,
+                               log=Path(a.log) if a.log else None, limits=limits,
+                               folder=a.folder)
+    exporter.skip = [int(s) for s in a.skip.split(",") if s.strip()]
+    exporter.launch()
+    return exporter
+
+
+def run(a, send, exporter) -> None:
+    from ..core.records import Done, Plan, Result, Start
+    from . import grading
+    from .reuse import VerdictStore
+    from .timing import phase
+
+    work = Path(a.submission).resolve()
+    with phase("wait for the worker to load the submission"):
+        exporter.start()
+    try:
+        assignment, probs = choose_problems(a.assignment, exporter.defined, work)
+        if a.only:
+            only = set(a.only.split(","))
+            probs = [p for p in probs if p.name in only]
+        send(Plan(assignment, [p.name for p in probs], list(exporter.notes), exporter.skip))
+        plans, base = [], 0
+        for p in probs:
+            plans.append(grading.plan_for(p, seed=a.seed, quick=a.quick,
+                                          with_speed=not a.no_speed, id_base=base))
+            base += 10_000
+        defined = [p.name in exporter.defined for p in probs]
+        store = VerdictStore(Path(a.cache_dir) / "verdicts") if a.cache_dir else None
+        if store is not None and a.seed is None:
+            store = None  # a seed of its own: nothing graded before shares its inputs
+        # Every request at once: the worker exports back to back while this side compiles
+        # and runs what has arrived (replies wait here until their function's turn).
+        for p, plan in zip(probs, plans, strict=True):
+            if p.name in exporter.defined:
+                exporter.submit(plan.all_requests())
+        for i, (p, plan) in enumerate(zip(probs, plans, strict=True)):
+            send(Start(p.name))
+            with phase(f"function {p.name}"):
+                r = grading.grade_function(p, exporter if defined[i] else None, plan=plan,
+                                           export_timeout=a.export_timeout,
+                                           with_speed=not a.no_speed, store=store)
+            send(Result(p.name, [c.to_dict() for c in r.checks], reused=r.reused))
+        send(Done())
+    finally:
+        exporter.close()
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m autograder.judge")
+    ap.add_argument("submission", nargs="?")
+    ap.add_argument("--assignment")
+    ap.add_argument("--only", help="comma-separated functions to grade")
+    ap.add_argument("--seed", type=int, default=None, help="default: a fresh secret seed")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--no-speed", action="store_true")
+    ap.add_argument("--no-isolation", action="store_true")
+    ap.add_argument("--folder", action="store_true",
+                    help="the submission's folder is the student's own: the worker sees it")
+    ap.add_argument("--skip", default="")
+    ap.add_argument("--statement-timeout", type=float, default=20.0)
+    ap.add_argument("--load-timeout", type=float, default=120.0)
+    ap.add_argument("--export-timeout", type=float, default=120.0)
+    ap.add_argument("--output-mb", type=int, default=32,
+                    help="largest file the student's code may write (its log included)")
+    ap.add_argument("--address-space-mb", type=int, default=None)
+    ap.add_argument("--memory-mb", type=int, default=6144,
+                    help="resident memory of the student's sandbox, all processes together")
+    ap.add_argument("--log", help="the untrusted worker's output goes here")
+    ap.add_argument("--cache-dir")
+    ap.add_argument("--warm", action="append", default=None, metavar="ASSIGNMENT",
+                    help="only compile the baselines (of these assignments; 'all' for every one)")
+    a = ap.parse_args(argv)
+    out = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+
+    def send(record) -> None:
+        out.write(record.to_line())
+        out.flush()
+
+    if a.warm is None and not a.submission:
+        ap.error("a submission is required")
+    exporter = exporter_for(a) if a.warm is None else None  # it loads while JAX starts here
+    from ..core.devices import setup_devices
+
+    setup_devices()
+    enable_cache(a.cache_dir)
+    if a.warm is not None:
+        warm([w for w in a.warm if w != "all"], with_speed=not a.no_speed)
+        return 0
+    from . import timing
+
+    timing.add("start (this process and JAX)", time.perf_counter() - _T0)
+    with timing.phase("grading"):
+        run(a, send, exporter)
+    timing.write(a.assignment or Path(a.submission).stem)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,320 @@
+"""Supervising the grading of one submission: limits, restarts, the report.
+
+:func:`grade_submission` is what ``grade``, ``grade-all`` and the nbgrader preprocessor use. For
+each submission it copies the file into a private temporary folder and starts the trusted grader
+(``python -m autograder.judge``), which in turn runs the student's code only inside the
+sandbox (:mod:`autograder.isolation`) and grades the programs it exports. This process reads the
+trusted grader's records (:mod:`autograder.core.records`) and watches the clock and the memory:
+
+* a graded function whose program hangs (inside XLA too), crashes the interpreter or exhausts
+  memory gets a zero with the reason, and a fresh grader takes the functions after it;
+* a statement of the submission that hangs or crashes while loading is skipped (the trusted
+  grader does that inside; the skip list survives a restart);
+* the scores are computed here, from this registry's points and weights; nothing the student's
+  code writes reaches this process.
+
+Nothing here imports JAX: the supervisor stays light, whatever a program does.
+"""
+from __future__ import annotations
+
+import os
+import resource
+import select
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from ..core.records import Done, Plan, RecordError, Result, Start, parse
+from ..core.results import CheckResult, FunctionResult, SubmissionResult, skipped
+from .options import Limits, Options, cache_for, check_options
+
+
+def _preexec(limits: Limits):
+    def apply():
+        def cap(which, mb):
+            if mb is None:
+                return
+            want = int(mb) << 20
+            resource.setrlimit(which, (want, want))
+
+        cap(resource.RLIMIT_AS, limits.address_space_mb)
+        cap(resource.RLIMIT_FSIZE, limits.output_mb)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+    return apply
+
+
+def _rss_mb(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, 9)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:  # pragma: no cover
+        pass
+
+
+def tail(path: Path, n: int = 2000) -> str:
+    """The last ``n`` bytes of a log (never the whole file: it may be huge)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - n))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+@dataclass
+class _Run:
+    records: list = field(default_factory=list)
+    #: why the grader stopped early (None: it finished)
+    stopped: Optional[str] = None
+    #: the function it was grading when it stopped (None: before or between functions)
+    function: Optional[str] = None
+    peak_rss_mb: float = 0.0
+
+
+def _run_grader(sub: Path, work: Path, opts: Options, *, only: Optional[list[str]],
+                skip: list[int], deadline: float) -> _Run:
+    from ..isolation.sandbox import describe_exit
+
+    lim = opts.limits
+    cmd = [sys.executable, "-m", "autograder.judge", str(sub), *opts.argv(),
+           "--log", str(work / "student.log")]
+    if only is not None:
+        cmd += ["--only", ",".join(only)]
+    if skip:
+        cmd += ["--skip", ",".join(map(str, skip))]
+    run = _Run()
+    with open(work / "grader.log", "ab") as logf:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=logf, cwd=work, start_new_session=True,
+                                preexec_fn=_preexec(lim))
+    fd = proc.stdout.fileno()
+    buf = b""
+    phase_deadline = min(deadline, time.monotonic() + lim.load_s + 60)
+    try:
+        while True:
+            ready, _, _ = select.select([fd], [], [], 0.2)
+            chunk = os.read(fd, 1 << 16) if ready else b""
+            buf += chunk
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                try:
+                    rec = parse(line, allowed=(Plan, Start, Result, Done))
+                except RecordError:
+                    continue
+                run.records.append(rec)
+                if isinstance(rec, Start):
+                    run.function = rec.function
+                    phase_deadline = min(deadline, time.monotonic() + lim.per_function_s)
+                elif isinstance(rec, Result):
+                    run.function = None
+            if ready and not chunk:
+                rc = proc.wait()
+                if not any(isinstance(r, Done) for r in run.records):
+                    run.stopped = describe_exit(rc) if rc != 0 else \
+                        "the grading process stopped early"
+                break
+            if lim.memory_mb:
+                rss = _rss_mb(proc.pid)
+                run.peak_rss_mb = max(run.peak_rss_mb, rss)
+                if rss > lim.memory_mb:
+                    run.stopped = (f"its program used more than {lim.memory_mb} MB of memory "
+                                   f"({rss:.0f} MB resident) and was stopped")
+                    break
+            now = time.monotonic()
+            if now > deadline:
+                run.stopped = "it ran past the time limit for the whole submission and was stopped"
+                break
+            if now > phase_deadline:
+                run.stopped = (f"it ran past the {lim.per_function_s:g} s time limit for one "
+                               "function and was stopped" if run.function else
+                               "loading the submission ran past its time limit")
+                break
+    finally:
+        proc.stdout.close()
+        _kill(proc)
+    return run
+
+
+def copy_student_folder(src: Path, dest: Path, limit: int = 64 << 20) -> None:
+    """The student's folder (their own files only), up to ``limit`` bytes in all."""
+    dest.mkdir(parents=True, exist_ok=True)
+    total = 0
+    if not src.is_dir():
+        return
+    for p in sorted(src.rglob("*")):
+        if not p.is_file() or p.is_symlink() or any(part.startswith(".")
+                                                     for part in p.relative_to(src).parts):
+            continue
+        total += p.stat().st_size
+        if total > limit:
+            break
+        target = dest / p.relative_to(src)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(p, target)
+    for d in [dest, *dest.rglob("*")]:
+        d.chmod(0o755 if d.is_dir() else 0o644)
+
+
+def _problems_for(assignment: Optional[str]):
+    from ..course import registry
+
+    return registry.problems(assignment) if assignment else registry.problems()
+
+
+def _scored(name: str, checks: list[CheckResult], reused: bool = False) -> FunctionResult:
+    """A function's result scored with this process's registry: its points, its weights."""
+    from ..course import registry
+
+    prob = registry.get(name)
+    return FunctionResult(name, float(prob.points), checks, weights=dict(prob.weights),
+                          reused=bool(reused))
+
+
+def _zero(prob, why: str, check: str = "numerics") -> FunctionResult:
+    checks = [CheckResult(n, False, why) if n == check else skipped(n, why)
+              for n in prob.check_names]
+    return _scored(prob.name, checks)
+
+
+def grade_submission(submission: Path, opts: Optional[Options] = None, *,
+                     log: Optional[Callable[[str], None]] = None) -> SubmissionResult:
+    """Grade one notebook or .py file; never raises for student misbehaviour.
+
+    Raises ValueError for an unknown assignment or function name and
+    :class:`IsolationUnavailable` where student code cannot be isolated (unless
+    ``opts.isolation`` is False), before any process starts."""
+    from ..course import registry
+
+    opts = opts or Options()
+    check_options(opts)
+    lim = opts.limits
+    submission = Path(submission).resolve()
+    expected = _problems_for(opts.assignment)
+    deadline = time.monotonic() + lim.budget(len(expected))
+    with tempfile.TemporaryDirectory(prefix="autograde-") as tmp:
+        work = Path(tmp)
+        # A private copy, named like the original and its folder (the assignment, in the
+        # nbgrader layout): the sandbox sees this file alone.
+        subdir = work / "sub" / submission.parent.name
+        subdir.mkdir(parents=True)
+        sub = subdir / submission.name
+        if opts.folder:
+            copy_student_folder(submission.parent, subdir)
+        shutil.copyfile(submission, sub)
+        os.chmod(sub, 0o644)
+        for d in (work / "sub", subdir):
+            os.chmod(d, 0o755)
+        plan: Optional[Plan] = None
+        notes: list[str] = []
+        results: dict[str, FunctionResult] = {}
+        skip: list[int] = []
+        only: Optional[list[str]] = list(opts.only) if opts.only else None
+        peak = 0.0
+        for attempt in range(lim.max_restarts + 1):
+            run = _run_grader(sub, work, opts, only=only, skip=skip, deadline=deadline)
+            peak = max(peak, run.peak_rss_mb)
+            for rec in run.records:
+                if isinstance(rec, Plan):
+                    skip = list(rec.skip)
+                    if plan is None:
+                        plan = rec
+                        notes.extend(rec.notes)
+                elif isinstance(rec, Result) and rec.function in registry.load_all():
+                    try:
+                        checks = [CheckResult.from_dict(c) for c in rec.checks]
+                    except ValueError as e:
+                        notes.append(f"the grader sent a malformed result ({e})")
+                        continue
+                    results[rec.function] = _scored(rec.function, checks, rec.reused)
+            if run.stopped is None:
+                break
+            if log is not None:
+                log(tail(work / "grader.log"))
+            if run.function is not None:
+                results[run.function] = _zero(
+                    registry.get(run.function), f"{run.stopped} while grading this function "
+                    "(a loop that never ends, a crash, or far too much memory)")
+            if plan is None or time.monotonic() >= deadline:
+                if plan is None:
+                    last = tail(work / "grader.log", 600).strip().splitlines()[-3:]
+                    notes.append(f"{run.stopped} before the grading could start"
+                                 + (f" (grader log: {' / '.join(last)})" if last else ""))
+                break
+            left = [n for n in plan.functions if n not in results
+                    and (not opts.only or n in opts.only)]
+            if not left:
+                break
+            only = left
+        else:
+            notes.append("gave up after too many restarts of the grading process")
+        names = list(plan.functions) if plan else [p.name for p in expected]
+        if opts.only:
+            names = [n for n in names if n in opts.only]
+        assignment = (plan.assignment if plan else None) or opts.assignment
+        if (work / "student.log").exists() and \
+                (work / "student.log").stat().st_size >= (lim.output_mb << 20) - 4096:
+            notes.append(f"the submission printed more than {lim.output_mb} MB; the rest of "
+                         "its output was refused")
+        functions = {n: results.get(n) or _zero(registry.get(n), "not graded: the grading "
+                                                 "process stopped before reaching this function")
+                     for n in names}
+    if not opts.isolation:
+        notes.insert(0, "graded WITHOUT isolation (--no-isolation): the student's code ran "
+                        "unconfined on the grading machine")
+    res = SubmissionResult(functions, assignment, notes, isolated=opts.isolation)
+    res.peak_rss_mb = peak  # type: ignore[attr-defined]
+    return res
+
+
+def warm_cache(opts: Optional[Options] = None, assignments: Optional[list[str]] = None) -> bool:
+    """Compile the jit baselines once into the trusted side's cache (no student code), so
+    every trusted grader starts warm; a stamp (this grader's hash) makes it once per grader."""
+    import json
+
+    from ..core.identity import grader_hash
+
+    opts = opts or Options()
+    cache = cache_for(opts)
+    if cache is None:
+        return False
+    cache.mkdir(parents=True, exist_ok=True)
+    stamp = cache / f".warmed-{'speed' if opts.with_speed else 'nospeed'}"
+    want = json.dumps([grader_hash(), sorted(assignments or ["all"])])
+    if stamp.exists() and stamp.read_text() == want:
+        return True
+    cmd = [sys.executable, "-m", "autograder.judge", "--cache-dir", str(cache)]
+    for a in assignments or ["all"]:
+        cmd += ["--warm", a]
+    if not opts.with_speed:
+        cmd.append("--no-speed")
+    try:
+        rc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            stdin=subprocess.DEVNULL, timeout=600,
+                            preexec_fn=_preexec(opts.limits)).returncode
+    except subprocess.TimeoutExpired:
+        return False
+    if rc == 0:
+        stamp.write_text(want)
+    return rc == 0

@@ -1,0 +1,277 @@
+"""The public self-check students run from their notebooks and with pytest.
+
+``check(name, fn)`` runs ``fn`` on small random inputs on every course mesh and compares the
+result (values and output sharding) with the NumPy reference, then runs the grader's structure
+rules on the program it traced. tools/build_notebooks.py copies this module, the modules it
+imports, the references, baselines and rules into each assignment's ``selfcheck`` package, whose
+``__init__`` fills :data:`PUBLIC`; inside the course package the table comes from the registry.
+The grader also checks memory and speed at bigger shapes, on inputs of its own.
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from ..core.compare import (
+    compare_values,
+    copies_disagree,
+    genuine_array,
+    sharding_problem,
+)
+from ..core.loader import load
+from ..core.meshes import make_mesh
+from ..core.program import trace
+
+#: name -> {'args', 'in_specs', 'out_spec', 'uses_mesh', 'case', 'edges', 'reference', 'rtol',
+#: 'atol', 'hidden', 'baseline', 'limit', 'memory'}; 'case', 'edges' (or None), 'reference' and
+#: 'baseline' (or None: none, or one kept with the grader) are [module relative to this package,
+#: function name]; 'limit' is the speed limit on the modeled TPU (None without a speed check);
+#: 'memory' is the grader's memory bar, {'layout': [x, y], 'bound': bytes, 'what': why}, or None
+PUBLIC: dict = {}
+
+
+def _table() -> dict:
+    if PUBLIC:
+        return PUBLIC
+    from ..course import (
+        registry,  # the course package (a copied package has PUBLIC filled)
+    )
+
+    return {p.name: public_entry(p) for p in registry.problems()}
+
+
+#: the package this module belongs to: ``autograder`` in the course package, ``selfcheck`` in a
+#: release folder's copy; the table's module paths are relative to it
+ROOT = __name__.split(".")[0]
+
+
+def _where(fn) -> list[str]:
+    """[module relative to the package root, name] of a registry function (a references
+    module)."""
+    module = fn.__module__
+    if not module.startswith(ROOT + "."):
+        raise ValueError(f"{fn.__name__} lives in {module}, outside the {ROOT} package")
+    return [module[len(ROOT):], fn.__name__]
+
+
+def _function(where) -> object:
+    module, name = where
+    return getattr(importlib.import_module(module, ROOT), name)
+
+
+def public_entry(problem) -> dict:
+    """The JSON-able public description of a registry problem."""
+    return {
+        "args": list(problem.arg_names),
+        "in_specs": [None if s is None else list(s) for s in problem.in_specs],
+        "out_spec": list(problem.out_spec),
+        "uses_mesh": problem.uses_mesh,
+        "case": _where(problem.make_case),
+        "edges": None if problem.edge_cases is None else _where(problem.edge_cases),
+        "reference": _where(problem.reference),
+        "rtol": problem.rtol,
+        "atol": problem.atol,
+        "hidden": [c for c in problem.check_names if c not in ("numerics", "sharding")],
+        "rules": [encode_rule(r) for r in problem.rules],
+        "baseline": (_where(problem.baseline) if problem.baseline is not None
+                     and problem.baseline_public else None),
+        "limit": None if problem.baseline is None else problem.threshold("tpu_model"),
+        "memory": memory_entry(problem),
+    }
+
+
+def memory_entry(problem) -> Optional[dict]:
+    """The grader's memory bar for ``problem`` as data: the mesh it compiles on, the bound in
+    bytes at its 'memory' case (whose shapes do not depend on the seed) and why; None when the
+    grader does not check memory."""
+    if problem.memory_bound is None:
+        return None
+    x, y = problem.speed_layout
+    bound, what = problem.memory_bound(problem.case(np.random.default_rng(0), x, y, "memory"), x, y)
+    return {"layout": [int(x), int(y)], "bound": int(bound), "what": what}
+
+
+def encode_rule(rule) -> dict:
+    """A registry structure rule as data: ``{'rule': where}`` for a plain rule function,
+    ``{'make': where, 'args': [...], 'kwargs': {...}}`` for one a rule factory built (see
+    :func:`autograder.course.rules.base.rule_factory`); rule arguments are encoded the same way."""
+    made = getattr(rule, "made_by", None)
+    if made is None:
+        where = _where(rule)
+        if "<locals>" in rule.__qualname__ or where[0].startswith(".course.problems"):
+            raise ValueError(f"the rule {rule.__qualname__} cannot travel to the self-check: "
+                             "define it at module level in a rules module (or build it with a "
+                             "function marked @rule_factory)")
+        return {"rule": where}
+    factory, args, kwargs = made
+    return {"make": _where(factory),
+            "args": [encode_rule(a) if callable(a) else a for a in args], "kwargs": dict(kwargs)}
+
+
+def decode_rule(spec: dict):
+    """The rule :func:`encode_rule` described."""
+    if "rule" in spec:
+        return _function(spec["rule"])
+    args = [decode_rule(a) if isinstance(a, dict) else a for a in spec["args"]]
+    return _function(spec["make"])(*args, **spec["kwargs"])
+
+
+def rule_modules(spec: dict) -> set[str]:
+    """The modules (relative to the package) an encoded rule lives in."""
+    if "rule" in spec:
+        return {spec["rule"][0]}
+    return {spec["make"][0]}.union(*(rule_modules(a) for a in spec["args"] if isinstance(a, dict)))
+
+
+@dataclass(frozen=True)
+class PublicProblem:
+    """What the TPU model needs of a graded function, read from the public table: the same
+    attributes as the registry's :class:`~autograder.core.problem.Problem`, so that ``tpu_profile``
+    runs the same code from a release folder as inside the course package."""
+
+    name: str
+    in_specs: tuple
+    out_spec: Any
+    uses_mesh: bool
+    make_case: Callable
+    baseline: Optional[Callable]
+    limit: Optional[float]
+
+    @property
+    def static_argnums(self) -> tuple[int, ...]:
+        return tuple(i for i, s in enumerate(self.in_specs) if s is None)
+
+    def case(self, rng, x: int, y: int, size: str):
+        c = self.make_case(rng, x, y, size)
+        return c if hasattr(c, "args") else _Args(tuple(c))
+
+    def threshold(self, platform: str) -> float:
+        if platform != "tpu_model" or self.limit is None:
+            raise ValueError(f"the public table holds only the modeled TPU limit of {self.name}")
+        return self.limit
+
+
+@dataclass(frozen=True)
+class _Args:
+    args: tuple
+
+
+def problem(name: str):
+    """The graded function ``name``: the registry's entry inside the course package, a
+    :class:`PublicProblem` in a copied self-check package."""
+    if not PUBLIC:
+        from ..course import registry
+
+        return registry.get(name)
+    if name not in PUBLIC:
+        raise KeyError(f"no graded function named {name!r} here; known: {sorted(PUBLIC)}")
+    from jax.sharding import PartitionSpec
+
+    spec = PUBLIC[name]
+    return PublicProblem(
+        name=name,
+        in_specs=tuple(None if s is None else PartitionSpec(*s) for s in spec["in_specs"]),
+        out_spec=PartitionSpec(*spec["out_spec"]), uses_mesh=spec["uses_mesh"],
+        make_case=_function(spec["case"]),
+        baseline=None if spec.get("baseline") is None else _function(spec["baseline"]),
+        limit=spec.get("limit"))
+
+
+#: what each check only the grader runs is about, as the self-check's last line names it
+HIDDEN = {"memory": "its memory", "speed": "its speed"}
+
+
+def _structure(rules, f, placed, static, mesh, prob) -> str | None:
+    """The registry's structure rules on the program ``f`` is (its jaxpr and compiled module):
+    None when they hold, else what to change (the grader runs the same rules)."""
+    program = trace(f, placed, static_argnums=static)
+    for rule in rules:
+        res = rule(program, mesh, prob)
+        if res is not None and not res.passed:
+            return f"structure: {res.message}"
+    return None
+
+
+def check(name: str, fn, *, layouts=((2, 4), (4, 2), (1, 8), (8, 1)), cases: int = 2,
+          verbose: bool = True) -> None:
+    """Raise AssertionError with an explanation unless ``fn`` passes the public cases."""
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    table = _table()
+    if name not in table:
+        raise KeyError(f"unknown graded function {name!r}")
+    spec = table[name]
+    make_case, reference = _function(spec["case"]), _function(spec["reference"])
+    in_specs = [None if s is None else PartitionSpec(*s) for s in spec["in_specs"]]
+    out_spec = PartitionSpec(*spec["out_spec"])
+    static = tuple(i for i, s in enumerate(in_specs) if s is None)
+    edges = _function(spec["edges"]) if spec.get("edges") else None
+    rules = [decode_rule(r) for r in spec.get("rules", ())]
+    n = n_edges = 0
+    for x, y in layouts:
+        mesh = make_mesh(x, y)
+        rng = np.random.default_rng([x, y, 2024])
+        runs = [(tuple(make_case(rng, x, y, "small")), "") for _ in range(cases)]
+        if edges is not None and (x, y) == tuple(layouts[0]):  # edge cases: on the first mesh
+            runs += [(tuple(getattr(c, "args", c)), " (edge case)") for c in edges(rng, x, y)]
+        for args, label in runs:
+            want = np.asarray(reference(args, x, y))
+            placed = []
+            for a, s in zip(args, in_specs, strict=True):
+                if s is None:
+                    placed.append(a)
+                elif spec["uses_mesh"]:
+                    placed.append(jax.device_put(a, NamedSharding(mesh, s)))
+                else:
+                    placed.append(jax.device_put(a, mesh.devices.flat[0]))
+            on = f" on mesh {x}x{y}" if spec["uses_mesh"] else ""
+            where = (f"{name}{on} with "
+                     + ", ".join(f"{k}={list(a.shape) if hasattr(a, 'shape') else a}"
+                                 for k, a in zip(spec["args"], args)) + label)
+            f = functools.partial(fn, mesh=mesh) if spec["uses_mesh"] else fn
+            out = jax.jit(f, static_argnums=static)(*placed)
+            try:
+                out = genuine_array(out)
+            except TypeError as e:
+                raise AssertionError(f"{where}: {e}") from None
+            msg = compare_values(np.asarray(jax.device_get(out)), want, spec["rtol"],
+                                 spec["atol"])
+            if msg is None and spec["uses_mesh"]:
+                msg = (copies_disagree(out, mesh, spec["rtol"], spec["atol"])
+                       or sharding_problem(out, mesh, out_spec))
+            if msg is None and rules and args is runs[0][0]:  # structure: once per mesh
+                msg = _structure(rules, f, placed, static, mesh, problem(name))
+            if msg is not None:
+                raise AssertionError(f"{where}: {msg}")
+            n, n_edges = n + (not label), n_edges + bool(label)
+    if verbose:
+        hidden = [HIDDEN[c] for c in spec.get("hidden", ()) if c in HIDDEN]
+        tools = [t for c, t in (("memory", "memory_profile"), ("speed", "tpu_profile"))
+                 if c in spec.get("hidden", ()) and (c != "speed" or spec.get("baseline"))]
+        also = (f" The grader also checks {', '.join(hidden[:-1])}"
+                f"{' and ' if len(hidden) > 1 else ''}{hidden[-1]} at bigger shapes"
+                + (f" ({' and '.join(tools)} show{'s' if len(tools) == 1 else ''} "
+                   f"{'it' if len(tools) == 1 else 'them'})" if tools else "") + "."
+                if hidden else "")
+        what = ["values"] + ["output sharding"] * spec["uses_mesh"] + ["structure"] * bool(rules)
+        what = ", ".join(what[:-1]) + " and " + what[-1] if len(what) > 1 else what[0]
+        if spec["uses_mesh"]:
+            where = f" (meshes {', '.join(f'{x}x{y}' for x, y in layouts)})"
+            edge = f" and {n_edges} edge cases on mesh {layouts[0][0]}x{layouts[0][1]}"
+        else:
+            where, edge = "", f" and {n_edges} edge cases"
+        print(f"OK {name}: {what} match on {n} small cases{where}"
+              f"{edge if n_edges else ''}.{also}")
+
+
+def load_functions(path) -> dict:
+    """The callables a notebook or .py file defines (demos and prints are not run)."""
+    loaded = load(path, keep_names=frozenset(_table()))  # notes only where a checked name needs them
+    for note in loaded.notes:
+        print("note:", note)
+    return {k: v for k, v in loaded.namespace.items() if callable(v)}

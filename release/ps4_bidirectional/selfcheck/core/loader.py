@@ -1,0 +1,229 @@
+"""Taking the graded functions out of a submission (a notebook or a .py file).
+
+The submission's source is parsed, not run as a whole: imports, function and class definitions
+and the plain ``name = value`` assignments those definitions read are executed one statement at
+a time, each with a time limit; top-level expressions, loops, ``with``/``if`` blocks, demo
+assignments, shell and magic lines are skipped (a notebook's demos and prints have no business
+running at grading time). A statement that fails or
+hangs is skipped, so one bad cell costs only what depends on it.
+
+The notes a load leaves are for the student's feedback, so they are kept only where they can
+explain a grade: a statement that failed is noted when it defines a name a graded function
+needs (directly or through a helper it calls); a notebook's set-up cell (``from selfcheck
+import ...``, a module that lives next to the notebook) and its demo definitions fail at grading
+time without costing anything, and say nothing. Syntax errors and statements that hang are
+always noted.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import re
+import symtable
+import time
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import GradingTimeout, describe_error, time_limit
+
+_MAGIC = re.compile(r"^\s*[%!]")
+_KEEP = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+@dataclass
+class Loaded:
+    namespace: dict
+    notes: list[str] = field(default_factory=list)
+
+    def function(self, name: str):
+        f = self.namespace.get(name)
+        return f if callable(f) else None
+
+
+def source_chunks(path: Path) -> list[tuple[str, str]]:
+    """(label, code) pieces: one per notebook code cell, or the whole .py file."""
+    path = Path(path)
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if path.suffix == ".ipynb":
+        try:
+            nb = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path.name} is not a valid notebook (JSON error: {e})") from None
+        chunks = []
+        for i, cell in enumerate(nb.get("cells", [])):
+            if cell.get("cell_type") != "code":
+                continue
+            src = cell.get("source", "")
+            src = "".join(src) if isinstance(src, list) else str(src)
+            lines = [("pass" if _MAGIC.match(l) else l) for l in src.splitlines()]
+            chunks.append((f"cell {i + 1}", "\n".join(lines)))
+        return chunks
+    return [(path.name, text)]
+
+
+def _is_plain_assign(node: ast.stmt) -> bool:
+    if isinstance(node, ast.Assign):
+        return all(isinstance(t, (ast.Name, ast.Tuple)) for t in node.targets)
+    if isinstance(node, ast.AnnAssign):
+        return isinstance(node.target, ast.Name) and node.value is not None
+    return False
+
+
+def _global_reads(node: ast.stmt) -> set[str]:
+    """The module-level names a top-level statement reads: when it runs (an assignment's value,
+    decorators, defaults, base classes) or when the functions it defines run. A function's own
+    parameters and locals are not among them (``mesh`` in ``def f(A, mesh)`` is no global)."""
+    names: set[str] = set()
+    tables = [symtable.symtable(ast.unparse(node), "<statement>", "exec")]
+    while tables:
+        t = tables.pop()
+        names |= {s.get_name() for s in t.get_symbols() if s.is_referenced() and s.is_global()}
+        tables += t.get_children()
+    return names
+
+
+def _defines(node: ast.stmt) -> set[str]:
+    """The module-level names a top-level statement binds ('*' for a star import)."""
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return {(a.asname or a.name).split(".")[0] for a in node.names}
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {node.name}
+    return _targets(node)
+
+
+def _kept_statements(chunks, notes, keep_names=frozenset()) -> list[tuple[str, ast.stmt]]:
+    kept = []
+    for label, code in chunks:
+        try:
+            tree = ast.parse(code)
+        except SyntaxError as e:
+            notes.append(f"{label}: SyntaxError at line {e.lineno}: {e.msg}; its definitions "
+                         "were not loaded")
+            continue
+        for node in tree.body:
+            if isinstance(node, _KEEP) or _is_plain_assign(node):
+                kept.append((label, node))
+    return _needed(kept, keep_names)
+
+
+def _targets(node: ast.stmt) -> set[str]:
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+    return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+
+
+def _needed(kept: list[tuple[str, ast.stmt]],
+            keep_names=frozenset()) -> list[tuple[str, ast.stmt]]:
+    """Imports and definitions, plus only the assignments some definition depends on.
+
+    A notebook's ``out = f(A, mesh)`` demo is not needed to grade ``f``; a module constant a
+    function reads (``BLOCK = 128``) is, with whatever that constant is computed from. A graded
+    function bound by assignment (``roll_diff = jax.jit(_roll)``; names in ``keep_names``) is
+    kept like a definition.
+    """
+    deps = _Dependencies(kept)
+    need = deps.closure(set(keep_names).union(*(deps.reads[id(node)] for _, node in kept
+                                                if not _is_plain_assign(node))))
+    return [(label, node) for label, node in kept
+            if not _is_plain_assign(node) or _targets(node) & need]
+
+
+class _Dependencies:
+    """Which module-level names each kept statement binds and reads."""
+
+    def __init__(self, statements: list[tuple[str, ast.stmt]]):
+        self.statements = [node for _, node in statements]
+        self.defines = {id(n): _defines(n) for n in self.statements}
+        self.reads = {id(n): _global_reads(n) for n in self.statements}
+
+    def closure(self, names: set[str]) -> set[str]:
+        """``names`` and every name the statements binding them read, transitively."""
+        need = set(names)
+        while True:
+            more = set().union(*(self.reads[id(n)] for n in self.statements
+                                 if self.defines[id(n)] & need)) - need
+            if not more:
+                return need
+            need |= more
+
+
+class _Relevance:
+    """Which failed statements can explain a grade: those binding a name some graded function
+    needs (itself, a helper it calls, a constant it reads, an import behind any of these).
+    Without graded names (a self-check of any file) every function and class counts."""
+
+    def __init__(self, statements: list[tuple[str, ast.stmt]], keep_names=frozenset()):
+        deps = _Dependencies(statements)
+        roots = set(keep_names) or {node.name for _, node in statements if isinstance(
+            node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+        #: graded name -> the module-level names it needs
+        self.needs = {r: deps.closure({r}) for r in sorted(roots)}
+
+    def note(self, where: str, node: ast.stmt, error: BaseException) -> str | None:
+        """Information about a statement that raised, or None where no graded function needs
+        what it binds (a notebook's set-up or demo statement)."""
+        names = _defines(node)
+        users = [g for g, need in self.needs.items() if "*" in names or names & need]
+        if not users:
+            return None
+        wanted = set().union(*(self.needs[u] for u in users))
+        missing = sorted(names if "*" in names else names & wanted)
+        why = describe_error(error, limit=300).replace("\n", " ")
+        head = f"{where}: not loaded ({why}), so {_listing(missing)}"
+        if set(users) <= names:
+            return f"{head} could not be graded"
+        return f"{head} {'is' if len(missing) == 1 else 'are'} undefined for {_listing(users)}"
+
+
+def _listing(names) -> str:
+    names = list(names)
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def load(path: str | Path, *, statement_timeout: float = 20.0, total_timeout: float = 90.0,
+         module_name: str = "submission", builtins_dict: dict | None = None,
+         skip=frozenset(), on_statement=None, keep_names=frozenset()) -> Loaded:
+    """Load a submission's definitions into a fresh module namespace.
+
+    ``builtins_dict`` becomes the module's ``__builtins__`` (the grader passes one whose
+    ``__import__`` refuses its own packages); statements whose index is in ``skip`` are not run
+    (they hung or crashed an earlier worker); ``on_statement(index, where)`` is called before
+    each statement runs, so a parent process knows which one to blame for a crash;
+    assignments to ``keep_names`` (the graded functions' names) are always run.
+    """
+    path = Path(path)
+    notes: list[str] = []
+    chunks = source_chunks(path)
+    mod = types.ModuleType(module_name)
+    mod.__file__ = str(path)
+    ns = mod.__dict__
+    if builtins_dict is not None:
+        ns["__builtins__"] = builtins_dict
+    deadline = time.monotonic() + total_timeout
+    statements = _kept_statements(chunks, notes, keep_names)
+    relevance = _Relevance(statements, keep_names)
+    for index, (label, node) in enumerate(statements):
+        where = f"{label} line {node.lineno}"
+        if index in skip:
+            continue
+        if on_statement is not None:
+            on_statement(index, where)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            notes.append(f"loading stopped: the submission's definitions took over "
+                         f"{total_timeout:g} s")
+            break
+        code = compile(ast.Module(body=[node], type_ignores=[]), f"<{label}>", "exec")
+        try:
+            with time_limit(min(statement_timeout, left)):
+                exec(code, ns)
+        except GradingTimeout:
+            notes.append(f"{where}: skipped, it ran for over {min(statement_timeout, left):g} s, "
+                         "so what it defines is missing at grading time")
+        except BaseException as e:  # noqa: BLE001 - any student failure is a note
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            note = relevance.note(where, node, e)
+            if note is not None:
+                notes.append(note)
+    return Loaded(ns, notes)

@@ -1,0 +1,282 @@
+"""Structure rules for the collective matmuls (ps3_collective_matmul and ps4_bidirectional).
+
+They read the program the student wrote (its jaxpr, through :mod:`autograder.core.program`), never
+XLA:CPU's optimised module, which may merge a chunked ring back into one collective. What they
+ask for, on every mesh with more than one device along 'Y':
+
+* no monolithic all-gather / reduce-scatter / all-to-all, and no psum of a whole operand (the
+  all-reduce may psum output tiles, each at most half of the output);
+* the data moves round the 'Y' ring with ``ppermute`` to a neighbour (shift +1 or -1), nothing
+  crosses 'X';
+* the partial matmuls are interleaved with the sends: at least as many ``dot_general``\\ s run as
+  there are chunks;
+* the bytes fit the algorithm: the all-gather rings pass A's blocks (at most Y of them), the
+  reduce-scatter rings only output-block partial sums ``[B/X, D/Y]`` (Y-1 of them in all);
+* the bidirectional variants send about half of the data each way round the ring.
+
+Loops may be Python ``for`` loops, ``fori_loop`` (a scan), a ``while_loop`` or unrolled code. Where a
+loop's trip count cannot be read from the program, the totals cannot be checked: the rules then
+judge what one iteration sends and let the count requirement pass if the loop itself interleaves
+sends and matmuls. With Y = 1 there is nothing to communicate and every rule passes.
+"""
+from __future__ import annotations
+
+from ...core.program import Op, Program
+from ...core.results import CheckResult, failed, passed
+from .base import CLAUSES, HOW_TO_LOOK, rule_factory, uses_shard_map
+
+#: relative slack on byte budgets (padding, a few percent of rounding)
+SLACK = 1.03
+#: in a bidirectional ring, each direction must carry at least this share of the bytes
+MIN_SHARE = 0.25
+
+_MONOLITHIC = {
+    "all_gather": "an all_gather, which blocks until the whole operand has arrived before any "
+                  "matmul can use it",
+    "psum_scatter": "a psum_scatter (reduce-scatter), which waits for the whole local product "
+                    "before any partial sum moves",
+    "all_to_all": "an all_to_all, which moves whole operands in one blocking step",
+    "ragged_all_to_all": "a ragged_all_to_all, which moves whole operands in one blocking step",
+    "pmax": "a pmax over a whole operand",
+    "pmin": "a pmin over a whole operand",
+}
+
+VARIANTS = ("allgather", "allreduce", "reducescatter", "mlp")
+
+
+def _runs(op: Op) -> int:
+    """How many times an op runs; an unknown loop count counts as one iteration."""
+    return 1 if op.count is None else op.count
+
+
+def _scalar(op: Op) -> bool:
+    """A scalar collective (an axis size, a flag): not array data."""
+    return all(_prod(s) <= 1 for s in op.in_shapes)
+
+
+def _operand_bytes(op: Op) -> list[int]:
+    """Bytes of each operand of a (possibly multi-operand) collective."""
+    sizes = [max(1, _prod(s)) for s in op.in_shapes] or [1]
+    per = op.in_bytes / max(1, sum(sizes))
+    return [int(round(n * per)) for n in sizes]
+
+
+def _prod(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+def _block_bytes(info, x: int, y: int, split_cols: bool = True) -> int:
+    """Bytes of one device's block of a [rows, cols] array sharded P('X', 'Y' or None)."""
+    if not info:
+        return 0
+    shape, itemsize = info
+    if len(shape) != 2:
+        return 0
+    return (shape[0] // x) * (shape[1] // (y if split_cols else 1)) * itemsize
+
+
+def _mib(n: float) -> str:
+    if n >= 1 << 20:
+        return f"{n / (1 << 20):.2f} MiB"
+    if n >= 1 << 10:
+        return f"{n / (1 << 10):.1f} KiB"
+    return f"{int(n)} B"
+
+
+def _describe(op: Op, y: int) -> str:
+    shapes = ", ".join(str(list(s)) for s in op.in_shapes) or "?"
+    runs = "an unknown number of times" if op.count is None else f"x{op.count}"
+    extra = f", ring shifts {sorted(op.shift(y))}" if op.perm else ""
+    return f"{op.kind} over {','.join(op.axes) or '?'} of {shapes} {runs}{extra}"
+
+
+def _fail(msg: str) -> CheckResult:
+    return failed("structure", msg + " " + HOW_TO_LOOK)
+
+
+def ring_budget(variant: str, nx: int, ny: int, arg_info, out_info, *, ring: bool = True):
+    """``(budget, per_send, need)``: the bytes one device may send in all, the most one ppermute
+    may carry, and both in words, for a ring ``variant`` on an ``nx`` x ``ny`` mesh.
+
+    ``arg_info``/``out_info`` are ``(global shape, itemsize)`` of the first argument and of the
+    output. ``ring``: the all-reduce is written as a ppermute ring (tiled psums have no byte
+    budget). ``(None, None, None)`` where nothing is budgeted.
+    """
+    budget = per_op = need = None
+    if variant == "allgather":
+        blk = _block_bytes(arg_info, nx, ny)
+        budget, per_op = ny * blk, blk
+        need = f"at most Y = {ny} blocks of A's [B/X, D/Y] ({_mib(blk)} each)"
+    elif variant == "reducescatter":
+        blk = _block_bytes(out_info, nx, ny)
+        budget, per_op = (ny - 1) * blk, blk
+        need = (f"only output-block partial sums [B/X, D/Y] ({_mib(blk)} each), Y-1 = "
+                f"{ny - 1} of them in all")
+    elif variant == "mlp":
+        blk = _block_bytes(out_info, nx, ny)
+        budget, per_op = (2 * ny - 1) * blk, blk
+        need = (f"blocks of [B/X, D/Y] ({_mib(blk)} each): at most Y = {ny} for the "
+                f"all-gather ring and Y-1 = {ny - 1} partial sums for the reduce-scatter "
+                f"ring")
+    elif variant == "allreduce" and ring:  # a ring: reduce-scatter, then all-gather of tiles
+        tile = _block_bytes(out_info, nx, ny, split_cols=False) // ny
+        budget = 2 * (ny - 1) * tile
+        need = (f"at most 2(Y-1) = {2 * (ny - 1)} output tiles of [B/X, F/Y] "
+                f"({_mib(tile)} each: Y-1 to reduce, Y-1 to share)")
+    return budget, per_op, need
+
+
+@rule_factory
+def ring_rule(variant: str, *, bidirectional: bool = False):
+    """The structure rule for one collective-matmul variant.
+
+    ``variant``: 'allgather' (A[B_X, D_Y] @ W[D, F_Y]), 'allreduce' (A[B_X, D_Y] @ W[D_Y, F] ->
+    [B_X, F]), 'reducescatter' (T[B_X, F_Y] @ W2[F_Y, D] -> [B_X, D_Y]) or 'mlp' (the two rings
+    chained).
+    """
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}")
+
+    def rule(prog: Program, mesh, problem) -> CheckResult | None:
+        sm = uses_shard_map(prog, mesh, problem)
+        if not sm.passed:
+            return sm
+        nx, ny = int(mesh.shape["X"]), int(mesh.shape["Y"])
+        cols = [o for o in prog.collectives() if o.count != 0 and not _scalar(o)]
+
+        across_x = [o for o in cols if "X" in o.axes]
+        if across_x and nx > 1:
+            return _fail(f"keep every exchange on the 'Y' axis: nothing needs to cross 'X' "
+                         f"(every output row block stays where its input rows are); found "
+                         f"{_describe(across_x[0], ny)}.")
+        if ny == 1:
+            return passed("structure", "with Y = 1 every device already holds what it needs: "
+                          "no communication, as expected")
+
+        for o in cols:
+            if o.kind in _MONOLITHIC:
+                return _fail(f"send the data in chunks with ppermute round the 'Y' ring, so "
+                             f"the matmuls run while it travels; found {_MONOLITHIC[o.kind]}: "
+                             f"{_describe(o, ny)}.")
+
+        out_info = prog.out_info[0] if prog.out_info else None
+        arg_info = prog.arg_info[0] if prog.arg_info else None
+        psums = [o for o in cols if o.kind == "psum"]
+        perms = [o for o in cols if o.kind == "ppermute"]
+
+        if psums:
+            if variant != "allreduce" or bidirectional:
+                why = ("send the partial sums both ways round the ring with ppermute (a psum "
+                       "has no ring direction)" if bidirectional else
+                       "pass the data round the ring with ppermute")
+                return _fail(f"replace the psum of array data: {why}; found "
+                             f"{_describe(psums[0], ny)}.")
+            out_local = _block_bytes(out_info, nx, ny, split_cols=False)
+            for o in psums:
+                if out_local and o.in_bytes > SLACK * out_local / 2:
+                    return _fail(
+                        f"tile the output columns and psum each tile, so each tile's reduction "
+                        f"overlaps the next tile's matmul; found one psum of "
+                        f"{_mib(o.in_bytes)}, the whole local output is {_mib(out_local)}: "
+                        f"{_describe(o, ny)}.")
+
+        for o in perms:
+            if tuple(o.axes) != ("Y",):
+                return _fail(f"run the ring along the 'Y' axis alone; found "
+                             f"{_describe(o, ny)}.")
+            bad = o.shift(ny) - {1, ny - 1}
+            if bad:
+                return _fail(f"pass data only to a ring neighbour (shift +1 or -1 mod {ny}); "
+                             f"found shift(s) {sorted(bad)} in {_describe(o, ny)}.")
+
+        if variant != "allreduce" and not perms:
+            return _fail("pass the blocks round the 'Y' ring with ppermute; found no "
+                         "ppermute in the program.")
+        if variant == "allreduce" and not perms and not psums:
+            return _fail("reduce along 'Y' (psums of output tiles, or a ppermute ring); found "
+                         "no communication.")
+
+        # -- chunks interleaved with partial matmuls --------------------------------------
+        dots = [o for o in prog.ops if o.prim == "dot_general" and o.count != 0]
+        n_dots = sum(_runs(o) for o in dots)
+        unknown = any(o.count is None for o in dots + perms + psums)
+        loop_interleaves = (any(o.count is None for o in dots)
+                            and any(o.count is None for o in perms + psums))
+        if variant == "allreduce" and not perms:
+            n_chunks = sum(_runs(o) for o in psums)
+            if n_chunks < 2 and not unknown:
+                return _fail(f"reduce the output in several tiles, one psum each; found "
+                             f"{n_chunks} psum.")
+            what = f"{n_chunks} psum'd output tiles"
+        else:
+            n_chunks = ny * (2 if variant == "mlp" else 1)
+            what = f"{n_chunks} chunks ({'two rings of ' if variant == 'mlp' else ''}Y = {ny})"
+        if n_dots < n_chunks and not loop_interleaves:
+            return _fail(f"split the matmul into partial matmuls, at least one per chunk "
+                         f"({what}), each running while the next chunk travels (one big matmul "
+                         f"before or after the ring cannot overlap with it); found {n_dots} "
+                         f"dot_general(s).")
+
+        # -- bytes ---------------------------------------------------------------------
+        notes = []
+        total = sum(_runs(o) * o.in_bytes for o in perms)
+        budget, per_op, need = ring_budget(variant, nx, ny, arg_info, out_info,
+                                           ring=bool(perms))
+        if per_op:
+            for o in perms:
+                big = max(_operand_bytes(o))
+                if big > SLACK * per_op + 64:
+                    return _fail(f"send one block at a time ({need}); found a ppermute of "
+                                 f"{_mib(big)}: {_describe(o, ny)}.")
+        if budget is not None:
+            if unknown:
+                notes.append("a loop's trip count is unknown, so the total bytes were judged "
+                             "per iteration")
+            elif total > SLACK * budget + 64:
+                return _fail(f"send {need}: {_mib(budget)} per device in all; "
+                             f"found {_mib(total)} sent with ppermute "
+                             f"({'; '.join(_describe(o, ny) for o in perms[:4])}).")
+
+        # -- both directions -------------------------------------------------------------
+        if bidirectional:
+            if not perms:
+                return _fail("send with ppermute in both ring directions; found no ppermute.")
+            if ny > 2:
+                fwd = back = 0.0
+                for o in perms:
+                    s = o.shift(ny)
+                    b = _runs(o) * o.in_bytes
+                    if s == {1}:
+                        fwd += b
+                    elif s == {ny - 1}:
+                        back += b
+                    else:
+                        fwd += b / 2
+                        back += b / 2
+                tot = fwd + back
+                if min(fwd, back) < MIN_SHARE * tot:
+                    return _fail(
+                        f"split the data between both ring directions, about half each way "
+                        f"(shift +1 and shift -1 mod {ny}); found {_mib(fwd)} sent with shift "
+                        f"+1 and {_mib(back)} with shift -1 ({100 * fwd / max(tot, 1):.0f}% / "
+                        f"{100 * back / max(tot, 1):.0f}%).")
+                notes.append(f"both ring directions ({100 * fwd / tot:.0f}% / "
+                             f"{100 * back / tot:.0f}% of the bytes)")
+            else:
+                notes.append("on a ring of two, +1 and -1 reach the same neighbour")
+
+        kind = "tiled psums" if (variant == "allreduce" and not perms) else "a ppermute ring"
+        msg = (f"communication in chunks ({kind}){CLAUSES}{n_dots} partial matmuls "
+               "interleaved with it")
+        if budget is not None and not unknown:
+            msg += f"{CLAUSES}{_mib(total)} sent per device (budget {_mib(budget)})"
+        if notes:
+            msg += CLAUSES + CLAUSES.join(notes)
+        return passed("structure", msg)
+
+    rule.variant, rule.bidirectional = variant, bidirectional  # read by autograder.course.bars
+    rule.__name__ = f"ring_rule_{variant}{'_bidirectional' if bidirectional else ''}"
+    return rule

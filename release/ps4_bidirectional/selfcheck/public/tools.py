@@ -1,0 +1,145 @@
+"""Small looking-glass helpers the notebooks use (copied into every selfcheck package).
+
+They show what a function's program does: the collectives you wrote (the jaxpr), the ones XLA
+runs (the compiled module), the memory it compiles to beside the grader's bound, a wall-clock
+comparison with the jit baseline, and the course's TPU model's timeline.
+"""
+from __future__ import annotations
+
+import collections
+import os
+import re
+import time
+from dataclasses import dataclass
+
+COLLECTIVE_OPS = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all",
+                  "collective-permute")
+
+
+def compiled_collectives(f, *args, width: int = 140) -> list[str]:
+    """The lines of f's compiled program that move data between devices (shortened)."""
+    import jax
+
+    text = jax.jit(f).lower(*args).compile().as_text()
+    lines = [l.strip() for l in text.splitlines()
+             if any(f" {c}(" in l or f" {c}-start(" in l for c in COLLECTIVE_OPS)]
+    return [l if len(l) < width else l[:width] + " ..." for l in lines]
+
+
+def written_collectives(f, *args) -> dict:
+    """The collectives in the program as written (the jaxpr), before XLA rewrites anything.
+
+    Counts places in the program: a collective inside a loop body counts once.
+    """
+    import jax
+
+    text = str(jax.make_jaxpr(f)(*args))
+    found = re.findall(r"\b(all_gather\w*|psum\w*|reduce_scatter|ppermute|all_to_all)\[", text)
+    return dict(collections.Counter(found))
+
+
+def time_vs_jit(f, baseline, *args, reps: int = 5) -> float:
+    """Median wall-clock time of f and of the jitted baseline, interleaved; returns the ratio."""
+    import jax
+    import numpy as np
+
+    f, baseline = jax.jit(f), jax.jit(baseline)
+    jax.block_until_ready(f(*args)), jax.block_until_ready(baseline(*args))
+    ts, tb = [], []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        jax.block_until_ready(f(*args))
+        ts.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        jax.block_until_ready(baseline(*args))
+        tb.append(time.perf_counter() - t0)
+    s, b = 1e6 * np.median(ts), 1e6 * np.median(tb)
+    print(f"yours {s:9.0f} us   jit baseline {b:9.0f} us   ratio {s / b:.2f}")
+    if jax.devices()[0].platform == "cpu":
+        print("  (emulated CPU devices share this machine's cores and have no links: this ratio "
+              "says little about a TPU; the grade uses tpu_profile's modeled ratio)")
+    return s / b
+
+
+def tpu_profile(name: str, fn, mesh, chip: str = "v5e"):
+    """How ``fn`` (the graded function ``name``) would run on a TPU, against jit.
+
+    Returns a profile that shows itself as a few lines (modeled times, the ratio beside the
+    grader's limit, the critical path: which task waits for which) and the timeline picture (a
+    lane for compute, one per ring link and direction). ``print(p)`` gives the lines alone. The
+    model is the grader's own (a copy travels in the self-check package); nothing is modeled
+    while nbgrader grades the notebook.
+    """
+    if os.environ.get("NBGRADER_EXECUTION"):
+        return None
+    from ..tpumodel import profile
+    from .check import problem
+
+    entry = problem(name)
+    if entry.baseline is None:
+        print(f"{name}: its jit baseline stays with the grader (its code would give an "
+              "exercise's answer away), so it cannot be modeled here; the grader models it "
+              "and holds the ratio to the limit in the notes above the exercise")
+        return None
+
+    return profile(fn, entry, mesh, chip=chip)
+
+
+@dataclass(frozen=True)
+class MemoryProfile:
+    """The compiled temporary memory of a graded function at the grader's memory case."""
+
+    name: str
+    where: str
+    temp_bytes: int
+    bound: int
+    what: str
+
+    @property
+    def passes(self) -> bool:
+        return self.temp_bytes <= self.bound
+
+    def text(self) -> str:
+        mib = 2 ** 20
+        verdict = "within" if self.passes else "OVER"
+        return (f"{self.name}{self.where}: temporary buffers {self.temp_bytes / mib:.2f} MiB, "
+                f"{verdict} the grader's bound of {self.bound / mib:.2f} MiB\n"
+                f"  ({self.what})")
+
+    def __repr__(self) -> str:
+        return self.text()
+
+
+def memory_profile(name: str, fn):
+    """Compile ``fn`` (the graded function ``name``) at the shapes and mesh of the grader's
+    memory check and set its temporary memory beside the grader's bound. Compile only: nothing
+    runs (the grader also runs the program there, and it must give the right answer). Nothing is
+    compiled while nbgrader grades the notebook."""
+    if os.environ.get("NBGRADER_EXECUTION"):
+        return None
+    import functools
+
+    import jax
+    import numpy as np
+
+    from ..core.meshes import make_mesh
+    from ..tpumodel.profile import case_args
+    from .check import _table, problem
+
+    bar = _table()[name].get("memory")
+    if bar is None:
+        print(f"{name}: the grader does not check its memory")
+        return None
+    entry = problem(name)
+    x, y = bar["layout"]
+    mesh = make_mesh(x, y)
+    args = case_args(entry, mesh, size="memory")
+    f = functools.partial(fn, mesh=mesh) if entry.uses_mesh else fn
+    stats = jax.jit(f, static_argnums=entry.static_argnums).lower(*args).compile().memory_analysis()
+    if stats is None:
+        print(f"{name}: this JAX does not report compiled memory figures")
+        return None
+    shapes = ", ".join(f"{k}{list(np.shape(a))}" for k, a in zip(_table()[name]["args"], args))
+    where = f" on mesh {x}x{y}, per device," if entry.uses_mesh else ""
+    return MemoryProfile(name, f"{where} with {shapes}", int(stats.temp_size_in_bytes),
+                         bar["bound"], bar["what"])
