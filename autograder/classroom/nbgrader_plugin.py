@@ -122,16 +122,17 @@ class GradeInSandbox(NbGraderPreprocessor):
         """The executed notebook, or why there is none."""
         from ..core.records import ExecutedNotebook, RecordError, parse
         from ..isolation.sandbox import SandboxLimits
-        from ..judge.channel import LineReader, WorkerStopped, spawn_untrusted
+        from ..judge.channel import WorkerLink, WorkerStopped, spawn_untrusted
 
         limits = SandboxLimits()
         box = spawn_untrusted(path, ["--execute", "--cell-timeout", str(self.cell_timeout)],
                               isolated=self.isolation, whole_folder=True, limits=limits)
         try:
-            box.proc.stdin.close()
-            reader = LineReader(box, limits.memory_mb, max_line=_MAX_NOTEBOOK)
+            link = WorkerLink(box, limits.memory_mb, max_line=_MAX_NOTEBOOK,
+                              max_unread=_MAX_NOTEBOOK)
+            link.close()  # it is told nothing: its stdin closes at once
             try:
-                line = next(reader.lines(time.monotonic() + self.notebook_timeout))
+                line = next(link.lines(time.monotonic() + self.notebook_timeout))
             except WorkerStopped as e:
                 why = "it ran too long" if e.phase[0] == "timeout" else e.why
                 return f"the notebook did not finish: {why}"

@@ -8,7 +8,9 @@ with: the student's code runs in :mod:`autograder.worker` inside the sandbox
 from __future__ import annotations
 
 import os
-import select
+import queue
+import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Optional
@@ -25,37 +27,9 @@ from ..core.records import (
 from ..isolation.sandbox import describe_exit
 
 
-class LineReader:
-    """Lines from a sandboxed worker's stdout, read within a deadline, a line-size cap and a
-    cap on the resident memory of the whole sandbox (then :class:`WorkerStopped`)."""
-
-    def __init__(self, box, memory_mb: Optional[int] = None, max_line: int = 64 << 20):
-        self.box = box
-        self.memory_mb = memory_mb
-        self.max_line = max_line
-        self.buf = b""
-
-    def lines(self, deadline: float):
-        fd = self.box.proc.stdout.fileno()
-        while True:
-            while b"\n" in self.buf:
-                line, self.buf = self.buf.split(b"\n", 1)
-                yield line
-            if len(self.buf) > self.max_line:
-                raise WorkerStopped("it wrote an oversized record", ("protocol", None))
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise WorkerStopped("timeout", ("timeout", None))
-            if self.memory_mb and self.box.rss_mb() > self.memory_mb:
-                raise WorkerStopped(f"it used more than {self.memory_mb} MB of memory (all its "
-                                    "processes together) and was stopped", ("memory", None))
-            ready, _, _ = select.select([fd], [], [], min(left, 0.5))
-            if ready:
-                chunk = os.read(fd, 1 << 20)
-                if not chunk:
-                    rc = self.box.proc.wait()
-                    raise WorkerStopped(describe_exit(rc), ("exit", rc))
-                self.buf += chunk
+#: bytes of replies a worker may have sent that this side has not taken yet (replies to
+#: requests sent ahead wait here while this side compiles); past it, the worker is stopped
+MAX_UNREAD = 512 << 20
 
 
 class WorkerStopped(Exception):
@@ -65,6 +39,138 @@ class WorkerStopped(Exception):
         super().__init__(why)
         self.why = why
         self.phase = phase
+
+
+class WorkerLink:
+    """The pipes of one running worker, each served by a thread of its own, so that neither
+    side can block the other, and a watchdog for as long as it lives.
+
+    * :meth:`send` queues a line for the worker's stdin and returns at once; a writer thread
+      writes it (a worker that never reads its stdin blocks that thread, never this side);
+    * a reader thread takes every line the worker writes off its stdout as soon as it comes (a
+      worker that floods replies never waits on this side), within a line-size cap and a cap on
+      what is sent and not yet taken (:data:`MAX_UNREAD`);
+    * :meth:`lines` hands those lines out within a deadline; a half-written line never comes
+      out, and the deadline still holds;
+    * the watchdog checks the resident memory of the whole sandbox (every process in it) until
+      the worker is gone, not only while a line is awaited, and stops it past ``memory_mb``.
+
+    Whatever stops the worker (its exit, a cap, the watchdog, :meth:`stop`) kills the whole
+    sandbox, and every later :meth:`lines` raises :class:`WorkerStopped` saying why.
+    """
+
+    def __init__(self, box, memory_mb: Optional[int] = None, max_line: int = 64 << 20,
+                 max_unread: Optional[int] = None, poll_s: float = 0.25):
+        self.box = box
+        self.memory_mb = memory_mb
+        self.max_line = max_line
+        self.max_unread = MAX_UNREAD if max_unread is None else max_unread
+        self.poll_s = poll_s
+        self._incoming: queue.Queue = queue.Queue()
+        self._outgoing: queue.Queue = queue.Queue()
+        self._lock = threading.Lock()
+        self._unread = 0
+        self._why: Optional[WorkerStopped] = None
+        for target in (self._read, self._write, self._watch):
+            threading.Thread(target=target, daemon=True,
+                             name=f"worker-{box.proc.pid}-{target.__name__[1:]}").start()
+
+    # -- this side -------------------------------------------------------------------------
+    def send(self, line: str) -> None:
+        """Queue ``line`` for the worker (never blocks)."""
+        self._outgoing.put(line.encode())
+
+    def lines(self, deadline: float):
+        """The worker's lines (bytes, without the newline) as they come, until ``deadline``
+        (``time.monotonic()``): then, or when the worker is stopped, :class:`WorkerStopped`."""
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WorkerStopped("timeout", ("timeout", None))
+            try:
+                item = self._incoming.get(timeout=min(left, 0.5))
+            except queue.Empty:
+                continue
+            if isinstance(item, WorkerStopped):
+                self._incoming.put(item)  # every later reader hears it too
+                raise item
+            with self._lock:
+                self._unread -= len(item)
+            yield item
+
+    def stop(self, why: WorkerStopped) -> None:
+        """End the worker (the whole sandbox); the first reason given is the one reported."""
+        with self._lock:
+            if self._why is None:
+                self._why = why
+        self.box.kill()
+
+    def close(self) -> None:
+        """Tell the writer thread to close the worker's stdin once what is queued is written."""
+        self._outgoing.put(None)
+
+    # -- threads ---------------------------------------------------------------------------
+    def _read(self) -> None:
+        fd = self.box.proc.stdout.fileno()
+        buf = b""
+        while True:
+            try:
+                chunk = os.read(fd, 1 << 20)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                break
+            buf += chunk
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                with self._lock:
+                    self._unread += len(line)
+                    flood = self._unread > self.max_unread
+                if flood:
+                    self.stop(WorkerStopped(
+                        f"it sent more than {self.max_unread >> 20} MB that nobody asked for "
+                        "yet", ("protocol", None)))
+                    break
+                self._incoming.put(line)
+            if len(buf) > self.max_line:
+                self.stop(WorkerStopped("it wrote an oversized record", ("protocol", None)))
+                buf = b""
+        # the worker closed its stdout: it ended, or it goes on without a way to answer
+        try:
+            rc = self.box.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            self.stop(WorkerStopped("it closed its output and went on running",
+                                    ("protocol", None)))
+            rc = self.box.proc.wait()
+        with self._lock:
+            why = self._why or WorkerStopped(describe_exit(rc), ("exit", rc))
+            self._why = why
+        self._incoming.put(why)
+
+    def _write(self) -> None:
+        fd = self.box.proc.stdin.fileno()
+        while True:
+            data = self._outgoing.get()
+            if data is None:
+                break
+            try:
+                while data:
+                    data = data[os.write(fd, data):]
+            except OSError:  # the worker is gone (or closed its stdin): nothing more to say
+                break
+        try:
+            self.box.proc.stdin.close()
+        except OSError:
+            pass
+
+    def _watch(self) -> None:
+        while self.box.proc.poll() is None:
+            if self.memory_mb and self.box.rss_mb() > self.memory_mb:
+                self.stop(WorkerStopped(
+                    f"it used more than {self.memory_mb} MB of memory (all its processes "
+                    "together) and was stopped", ("memory", None)))
+                return
+            time.sleep(self.poll_s)
 
 
 class SandboxExporter:
@@ -95,7 +201,7 @@ class SandboxExporter:
         self.notes: list[str] = []
         self.defined: list[str] = []
         self.box = None
-        self.reader: Optional[LineReader] = None
+        self.link: Optional[WorkerLink] = None
         #: requests sent to the current worker (each once), those not answered yet, and
         #: replies that came before they were asked for
         self.sent: set[int] = set()
@@ -112,20 +218,17 @@ class SandboxExporter:
             extra.append("--folder-on-path")
         self.box = spawn_untrusted(self.submission, extra, isolated=self.isolated, log=self.log,
                                    limits=self.limits, whole_folder=self.folder)
-        self.reader = LineReader(self.box, getattr(self.limits, "memory_mb", None))
+        self.link = WorkerLink(self.box, getattr(self.limits, "memory_mb", None))
 
     def close(self) -> None:
         if self.box is not None:
-            try:
-                self.box.proc.stdin.write(Quit().to_line().encode())
-                self.box.proc.stdin.close()
-            except (BrokenPipeError, OSError, ValueError):
-                pass
+            self.link.send(Quit().to_line())
+            self.link.close()
             self.box.kill()
             self.box = None
 
     def _lines(self, deadline: float):
-        return self.reader.lines(deadline)
+        return self.link.lines(deadline)
 
     # -- loading ---------------------------------------------------------------------------
     def launch(self) -> None:
@@ -168,18 +271,15 @@ class SandboxExporter:
 
     # -- programs --------------------------------------------------------------------------
     def submit(self, requests) -> None:
-        """Send requests now (the worker exports while this side compiles earlier ones)."""
+        """Send requests now (the worker exports while this side compiles earlier ones); never
+        blocks, however many there are and whether or not the worker reads them."""
         if self.box is None:
             return
-        try:
-            for r in requests:
-                if r.id not in self.sent:
-                    self.sent.add(r.id)
-                    self.pending[r.id] = r
-                    self.box.proc.stdin.write(r.to_line().encode())
-            self.box.proc.stdin.flush()
-        except (BrokenPipeError, OSError):
-            pass
+        for r in requests:
+            if r.id not in self.sent:
+                self.sent.add(r.id)
+                self.pending[r.id] = r
+                self.link.send(r.to_line())
 
     def export(self, requests, timeout=120.0, on_reply=None):
         """Replies for ``requests`` (sent now unless :meth:`submit` sent them already);
