@@ -133,3 +133,212 @@ def test_a_complete_submission_in_one_file_gets_full_marks(tmp_path):
     assert len(res["functions"]) == 15
     lost = {n: f["score"] for n, f in res["functions"].items() if f["score"] != f["max_score"]}
     assert not lost and res["score"] == res["max_score"] == 62, lost
+
+
+# -- the whole tree dies with its parent ---------------------------------------------------------
+
+
+def _parents() -> dict[int, int]:
+    out = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                out[int(d)] = int(fields[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    return out
+
+
+def _tree(root: int) -> set[int]:
+    """``root`` and every process below it."""
+    parents = _parents()
+    out, frontier = set(), {root}
+    while frontier:
+        out |= frontier
+        frontier = {p for p, pp in parents.items() if pp in frontier} - out
+    return out
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _alive(pids) -> list[int]:
+    """Those of ``pids`` still running (a zombie has ended)."""
+    out = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state != "Z":
+            out.append(pid)
+    return out
+
+
+#: a ps1 hand-in whose first function's program never ends when run: the judge is busy with it
+#: (saying nothing to its parent) for as long as its time limit allows
+HANGS = """
+import jax
+import jax.numpy as jnp
+
+
+def shard_average_jit(A, mesh):
+    forever = jax.lax.while_loop(lambda c: c[0, 0] == c[0, 0], lambda c: c + 1.0, A)
+    return forever.reshape(mesh.shape["X"], -1, A.shape[1]).mean(axis=1)
+"""
+
+
+def _kill_mid_run(argv: list[str], sig: int, cwd: Path) -> tuple[subprocess.Popen, list[int]]:
+    """Start ``argv``; once a sandboxed worker runs below it (and a few seconds more, for the
+    judge to be running a program), send ``sig`` to the parent alone. Returns the process and
+    what was left running 15 s later."""
+    p = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            tree = _tree(p.pid)
+            if any("autograder.worker" in _cmdline(q) for q in tree):
+                break
+            assert p.poll() is None, "it finished before it could be stopped"
+            time.sleep(0.2)
+        else:
+            raise AssertionError("no sandboxed worker started")
+        time.sleep(10.0)
+        tree = _tree(p.pid) - {p.pid}
+        assert any("autograder.judge" in _cmdline(q) for q in tree)
+        os.kill(p.pid, sig)
+        p.wait(timeout=60)
+        end = time.monotonic() + 15
+        while _alive(tree) and time.monotonic() < end:
+            time.sleep(0.2)
+        return p, [f"{q}: {_cmdline(q)[:120]}" for q in _alive(tree)]
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, 9)
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT", "SIGKILL"])
+def test_grade_stopped_mid_run_leaves_no_process_behind(sig, tmp_path):
+    sub = tmp_path / "ps1_sharding.py"
+    sub.write_text(HANGS)
+    import signal
+
+    _, left = _kill_mid_run([sys.executable, "-m", "autograder", "grade", str(sub)],
+                            getattr(signal, sig), tmp_path)
+    assert not left, left
+
+
+def test_grade_all_killed_mid_run_leaves_no_process_and_resumes(tmp_path):
+    import csv
+    import signal
+
+    cls = tmp_path / "handins"
+    cls.mkdir()
+    (cls / "ann_ps1_sharding.py").write_text(HANGS)
+    for student in ("bea", "cid"):
+        (cls / f"{student}_ps1_sharding.py").write_text(
+            (ROOT / "solutions" / "ps1_sharding.py").read_text())
+    out = tmp_path / "out" / "course_grades.csv"
+    argv = [sys.executable, "-m", "autograder", "grade-all", str(cls), "--workers", "2",
+            "--quick", "--no-speed", "--no-progress", "--out", str(out)]
+    _, left = _kill_mid_run(argv, signal.SIGKILL, tmp_path)
+    assert not left, left
+    p = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr[-2000:]
+    with open(out) as f:
+        rows = list(csv.DictReader(f))
+    assert sorted(r["student"] for r in rows) == ["ann", "bea", "cid"]
+    total = {r["student"]: float(r["total"]) for r in rows}
+    assert total["bea"] == total["cid"] == 10.0 and total["ann"] == 0.0, rows
+
+
+# -- faults named by their owner -------------------------------------------------------------
+
+#: put on the judge's PYTHONPATH: the grader's own structure check fails for one function (a
+#: bug of the grader's, not of the student's code), in the judge process only (the sandbox
+#: clears its environment)
+FAULTY_GRADER = """
+import os
+
+if os.environ.get("AUTOGRADER_TEST_FAULT"):
+    from autograder.course import checks
+
+    _structure = checks.structure
+
+    def structure(problem, attempts):
+        if problem.name == os.environ["AUTOGRADER_TEST_FAULT"]:
+            raise RuntimeError("an injected bug in the grader's structure check")
+        return _structure(problem, attempts)
+
+    checks.structure = structure
+"""
+
+
+@pytest.fixture
+def faulty_grader(tmp_path, monkeypatch):
+    site = tmp_path / "faulty-site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(FAULTY_GRADER)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        [str(site)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    monkeypatch.setenv("AUTOGRADER_TEST_FAULT", "shard_average_shard_map")
+
+
+def test_a_grader_fault_is_a_regrade_never_a_zero(faulty_grader, tmp_path):
+    from autograder.supervisor.options import Options
+    from autograder.supervisor.supervise import grade_submission
+
+    sub = tmp_path / "ps1_sharding.py"
+    sub.write_text((ROOT / "solutions" / "ps1_sharding.py").read_text())
+    res = grade_submission(sub, Options(assignment="ps1_sharding", quick=True,
+                                        with_speed=False))
+    assert res.regrade == ["shard_average_shard_map"]
+    f = res.functions["shard_average_shard_map"]
+    assert "injected bug" in f.regrade and "needs regrade" in f.report()
+    assert not any(c.passed for c in f.checks)
+    d = res.to_dict()
+    assert d["needs_regrade"] == ["shard_average_shard_map"]
+    assert "needs_regrade" in d["functions"]["shard_average_shard_map"]
+    # the rest is graded as usual
+    assert res.functions["roll_diff"].score == 4.0 and not res.functions["roll_diff"].regrade
+
+
+def test_grade_all_marks_a_regrade_exits_nonzero_and_grades_it_next_time(faulty_grader,
+                                                                        tmp_path, monkeypatch):
+    import csv
+    import json
+
+    cls = tmp_path / "handins"
+    cls.mkdir()
+    (cls / "ann_ps1_sharding.py").write_text((ROOT / "solutions" / "ps1_sharding.py").read_text())
+    out = tmp_path / "out" / "course_grades.csv"
+    argv = [sys.executable, "-m", "autograder", "grade-all", str(cls), "--quick", "--no-speed",
+            "--no-progress", "--out", str(out)]
+    p = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 1, p.stderr[-2000:]
+    assert "needs regrade: ann/ps1_sharding: shard_average_shard_map" in p.stderr
+    with open(out) as f:
+        row = next(csv.DictReader(f))
+    assert row["shard_average_shard_map"] == "needs regrade"
+    assert row["needs_regrade"] == "shard_average_shard_map"
+    assert float(row["roll_diff"]) == 4.0
+    page = (out.parent / "class_report.html").read_text()
+    assert "needs regrade (the grader failed, not the student)" in page
+    # the grader mended: the next run grades that function alone, and all is well
+    monkeypatch.delenv("AUTOGRADER_TEST_FAULT")
+    p = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr[-2000:]
+    with open(out) as f:
+        row = next(csv.DictReader(f))
+    assert float(row["total"]) == 10.0 and row["needs_regrade"] == "", row
+    rep = json.loads((out.parent / "reports" / "ann" / "ps1_sharding.json").read_text())
+    assert "needs_regrade" not in rep and rep["score"] == 10.0

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..core.identity import GRADER_VERSION, grader_hash
+from ..core.results import REGRADE
 from .names import _slug
 
 SUFFIXES = (".ipynb", ".py")
@@ -228,11 +229,44 @@ def grade_one(item: Item, opts, reports: Path, key: bytes, *, force: bool = Fals
     fp = fingerprint(item, opts)
     if not force:
         old = _reuse(item, fp, reports, key)
-        if old is not None:
+        if old is not None and not old.report.get("needs_regrade"):
             return old
+        if old is not None:  # the grader failed on some functions last time: those again
+            o = _options_for(item, opts, seed)
+            o.only = list(old.report["needs_regrade"])
+            t0 = time.monotonic()
+            res = grade_submission(item.path, o)
+            merged = merge_regrade(old.report, res.to_dict())
+            return _write_report(item, merged, time.monotonic() - t0, fp, key, reports)
     t0 = time.monotonic()
     res = grade_submission(item.path, _options_for(item, opts, seed))
     return _write_report(item, res.to_dict(), time.monotonic() - t0, fp, key, reports)
+
+
+_REPORT_FIELDS = ("assignment", "score", "max_score", "functions", "notes", "needs_regrade",
+                  "isolated")
+
+
+def merge_regrade(old: dict, new: dict) -> dict:
+    """An earlier report (``SubmissionResult.to_dict()`` fields) with the functions graded
+    again in ``new`` put in place of those that needed a regrade."""
+    functions = dict(old.get("functions") or {})
+    functions.update(new.get("functions") or {})
+    regrade = [n for n, f in functions.items() if f.get("needs_regrade")]
+    out = {k: old[k] for k in _REPORT_FIELDS if k in old}
+    out.update(functions=functions,
+               score=round(sum(f.get("score", 0.0) for f in functions.values()), 4),
+               max_score=round(sum(f.get("max_score", 0.0) for f in functions.values()), 4),
+               isolated=bool(old.get("isolated", False)) and bool(new.get("isolated", False)))
+    notes = list(old.get("notes") or []) + [n for n in new.get("notes") or []
+                                            if n not in (old.get("notes") or [])]
+    out.pop("notes", None)
+    out.pop("needs_regrade", None)
+    if notes:
+        out["notes"] = notes
+    if regrade:
+        out["needs_regrade"] = regrade
+    return out
 
 
 def write_outputs(outcomes: list[Outcome], csv_path: Path, reports: Path) -> None:
@@ -250,13 +284,17 @@ def write_outputs(outcomes: list[Outcome], csv_path: Path, reports: Path) -> Non
     tmp = csv_path.with_suffix(csv_path.suffix + ".tmp")
     with open(tmp, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["student", "assignment"] + fnames + ["total", "max_total", "isolated"])
+        w.writerow(["student", "assignment"] + fnames
+                   + ["total", "max_total", "isolated", "needs_regrade"])
         for o in rows:
             fs = o.report.get("functions", {})
+            # a function the grader failed on has no grade: its cell says so, never a 0
             w.writerow([o.item.student, o.report.get("assignment") or ""]
-                       + [fs[n]["score"] if n in fs else "" for n in fnames]
+                       + [(REGRADE if fs[n].get("needs_regrade") else fs[n]["score"])
+                          if n in fs else "" for n in fnames]
                        + [o.report.get("score", 0), o.report.get("max_score", 0),
-                          "yes" if o.report.get("isolated", False) else "NO"])
+                          "yes" if o.report.get("isolated", False) else "NO",
+                          " ".join(o.report.get("needs_regrade") or [])])
     os.replace(tmp, csv_path)
     by_student: dict[str, list[dict]] = {}
     for o in rows:

@@ -253,6 +253,10 @@ def look_section(hand_ins: list[HandIn]) -> str:
         if not h.isolated:
             why.append("graded without isolation")
         for fn, res in h.functions.items():
+            if res.get("needs_regrade"):
+                why.append(f"{fn}: needs regrade (the grader failed, not the student): "
+                           f"{res['needs_regrade']}")
+                continue
             for c in res.get("checks", []):
                 if LOOK.search(c.get("message", "")):
                     why.append(f"{fn} {c['name']}: {template(c['message'])[:120]}")

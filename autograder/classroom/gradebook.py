@@ -46,7 +46,8 @@ def publish(reports: Iterable[dict], target: str, source: Path = ROOT / "source"
     """Write the scores of ``reports`` (grade-all's per-submission reports) into the gradebook
     at ``target``; returns the number of grades written. Every function of a graded assignment
     gets a score: one the submission does not define, or a hand-in that could not be graded,
-    scores 0."""
+    scores 0; one the grader failed on (``needs_regrade``) gets none and is marked for a look,
+    so formgrader shows it ungraded until a later run grades it."""
     from nbgrader.api import Gradebook
 
     reports = [r for r in reports if r.get("assignment")]
@@ -67,7 +68,13 @@ def publish(reports: Iterable[dict], target: str, source: Path = ROOT / "source"
             for grade_id in grade_cells(asg, source):
                 name = grade_id[len("grade_"):]
                 grade = gb.find_grade(grade_id, asg, asg, student)
+                if functions.get(name, {}).get("needs_regrade"):
+                    # the grader failed here: no auto-score, so formgrader shows it ungraded
+                    grade.auto_score = None
+                    grade.needs_manual_grade = True
+                    continue
                 grade.auto_score = float(functions.get(name, {}).get("score", 0.0))
+                grade.needs_manual_grade = False
                 written += 1
         gb.db.commit()
     return written

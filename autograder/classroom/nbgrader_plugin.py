@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import re
 import tempfile
-import time
 from pathlib import Path
 
 import nbformat
@@ -32,14 +31,21 @@ _MAX_NOTEBOOK = 32 << 20
 
 
 def configure(c) -> None:
-    """Use :class:`GradeInSandbox` instead of nbgrader's Execute when autograding."""
+    """Use :class:`GradeInSandbox` instead of nbgrader's Execute when autograding, and
+    :class:`MarkRegrades` right after nbgrader saves the scores."""
     from nbgrader.converters.autograde import Autograde
+    from nbgrader.preprocessors import SaveAutoGrades
 
     steps = list(Autograde.class_traits()["autograde_preprocessors"].default())
-    if Execute not in steps:
-        raise RuntimeError("this nbgrader version has no Execute step to replace; the course "
-                           "grader cannot plug in safely")
-    c.Autograde.autograde_preprocessors = [GradeInSandbox if s is Execute else s for s in steps]
+    if Execute not in steps or SaveAutoGrades not in steps:
+        raise RuntimeError("this nbgrader version has no Execute or SaveAutoGrades step; the "
+                           "course grader cannot plug in safely")
+    out = []
+    for s in steps:
+        out.append(GradeInSandbox if s is Execute else s)
+        if s is SaveAutoGrades:
+            out.append(MarkRegrades)
+    c.Autograde.autograde_preprocessors = out
 
 
 def graded_cells(nb) -> dict[int, str]:
@@ -120,6 +126,7 @@ class GradeInSandbox(NbGraderPreprocessor):
 
     def _execute(self, path: Path):
         """The executed notebook, or why there is none."""
+        from ..core.clock import CLOCK
         from ..core.records import ExecutedNotebook, RecordError, parse
         from ..isolation.sandbox import SandboxLimits
         from ..judge.channel import WorkerLink, WorkerStopped, spawn_untrusted
@@ -132,7 +139,7 @@ class GradeInSandbox(NbGraderPreprocessor):
                               max_unread=_MAX_NOTEBOOK)
             link.close()  # it is told nothing: its stdin closes at once
             try:
-                line = next(link.lines(time.monotonic() + self.notebook_timeout))
+                line = next(link.lines(CLOCK.deadline(self.notebook_timeout)))
             except WorkerStopped as e:
                 why = "it ran too long" if e.phase[0] == "timeout" else e.why
                 return f"the notebook did not finish: {why}"
@@ -146,3 +153,32 @@ class GradeInSandbox(NbGraderPreprocessor):
             return executed
         finally:
             box.kill()
+
+
+class MarkRegrades(NbGraderPreprocessor):
+    """After nbgrader saved the hidden cells' scores: a function the grader itself failed on
+    (``needs_regrade`` in the grader's report) gets no auto-score and is marked for a look, so
+    formgrader shows it ungraded, never as the student's zero. A later ``nbgrader autograde``
+    (or ``grade-all --gradebook``) grades it."""
+
+    def preprocess(self, nb, resources):
+        from nbgrader.api import Gradebook
+
+        from .gradebook import cell_of
+
+        report = nb.metadata.get(REPORT_KEY) or {}
+        regrade = [n for n, f in (report.get("functions") or {}).items()
+                   if f.get("needs_regrade")]
+        if not regrade:
+            return nb, resources
+        info = resources["nbgrader"]
+        with Gradebook(info["db_url"]) as gb:
+            for fn in regrade:
+                grade = gb.find_grade(cell_of(fn), info["notebook"], info["assignment"],
+                                      info["student"])
+                grade.auto_score = None
+                grade.needs_manual_grade = True
+            gb.db.commit()
+        self.log.warning("%s: %s need(s) a regrade (the grader failed, not the student)",
+                         info["student"], ", ".join(regrade))
+        return nb, resources

@@ -103,4 +103,16 @@ def _cmd(a) -> int:
           f"{len(outcomes) - len(graded)} unchanged since the last run; "
           f"{time.monotonic() - t0:.1f} s; CSV: {a.out}; class report: "
           f"{class_report_path(Path(a.out))}", file=sys.stderr)
+    regrade = [o for o in outcomes if o.report.get("needs_regrade")]
+    failed = [o for o in outcomes if o.report.get("error")]
+    if regrade or failed:
+        # the grader's own failures: not the students'; the next run grades them again
+        for o in regrade:
+            print(f"needs regrade: {o.item.key}: {', '.join(o.report['needs_regrade'])}",
+                  file=sys.stderr)
+        for o in failed:
+            print(f"not graded: {o.item.key}: {o.report['error']}", file=sys.stderr)
+        print(f"{len(regrade) + len(failed)} hand-in(s) need another run (the grader's fault, "
+              "never a zero): run the same command again", file=sys.stderr)
+        return 1
     return 0

@@ -20,11 +20,11 @@ import ast
 import json
 import re
 import symtable
-import time
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .clock import CLOCK
 from .errors import GradingTimeout, describe_error, time_limit
 
 _MAGIC = re.compile(r"^\s*[%!]")
@@ -199,7 +199,7 @@ def load(path: str | Path, *, statement_timeout: float = 20.0, total_timeout: fl
     ns = mod.__dict__
     if builtins_dict is not None:
         ns["__builtins__"] = builtins_dict
-    deadline = time.monotonic() + total_timeout
+    deadline = CLOCK.deadline(total_timeout)
     statements = _kept_statements(chunks, notes, keep_names)
     relevance = _Relevance(statements, keep_names)
     for index, (label, node) in enumerate(statements):
@@ -208,7 +208,7 @@ def load(path: str | Path, *, statement_timeout: float = 20.0, total_timeout: fl
             continue
         if on_statement is not None:
             on_statement(index, where)
-        left = deadline - time.monotonic()
+        left = deadline.left()
         if left <= 0:
             notes.append(f"loading stopped: the submission's definitions took over "
                          f"{total_timeout:g} s")

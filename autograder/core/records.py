@@ -188,16 +188,50 @@ class Start(Record):
     function: str
 
 
+#: whose work the judge is doing: the submission's (compiling and running its programs, waiting
+#: for its worker) or the grader's own (the baseline, the model, the checks)
+OWNERS = ("student", "grader")
+
+
+@dataclass(frozen=True)
+class Owner(Record):
+    """From now on, the judge's work for the current function is ``owner``'s (one of
+    :data:`OWNERS`). A deadline missed or a crash is blamed on the owner of that moment: the
+    student's is a zero with the reason, the grader's a regrade."""
+
+    TYPE: ClassVar[str] = "owner"
+    owner: str
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Owner":
+        _expect_keys(d, cls, extra=("type",))
+        if d.get("owner") not in OWNERS:
+            raise RecordError(f"owner: expected one of {OWNERS}")
+        return cls(d["owner"])
+
+
 @dataclass(frozen=True)
 class Result(Record):
     """One graded function's checks (each a :class:`~autograder.core.results.CheckResult` dict);
-    the supervisor scores them with its own registry's points and weights."""
+    the supervisor scores them with its own registry's points and weights. ``regrade``: the
+    grader failed on this function (its own fault, said here): no verdict, a regrade."""
 
     TYPE: ClassVar[str] = "result"
     function: str
     checks: list
     #: the verdict of an identical program graded earlier in this run (see autograder.judge.reuse)
     reused: bool = False
+    regrade: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Restart(Record):
+    """The judge stops after the function it just reported: work of the submission's may still
+    run in it past a time limit (a compile, a program on XLA's threads). The supervisor grades
+    the functions left with a fresh judge; nobody is blamed."""
+
+    TYPE: ClassVar[str] = "restart"
+    why: str
 
 
 @dataclass(frozen=True)
@@ -206,7 +240,7 @@ class Done(Record):
 
 
 TYPES = {c.TYPE: c for c in (ExportRequest, Quit, Loading, Loaded, ExportReply,
-                             ExecutedNotebook, Plan, Start, Result, Done)}
+                             ExecutedNotebook, Plan, Start, Owner, Result, Restart, Done)}
 
 
 def parse(line: str | bytes, allowed: tuple = ()) -> Record:

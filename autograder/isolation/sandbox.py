@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from .processes import die_with_parent
+
 #: where the worker's part of the package appears inside the sandbox (``/opt/grader/autograder``)
 GRADER_ROOT = "/opt/grader"
 SUBMISSION_DIR = "/submission"
@@ -136,9 +138,12 @@ def _bwrap_argv(bwrap: str, *, binds: list[tuple[str, str]], uid: Optional[int],
 
 
 def _limits_fn(lim: SandboxLimits, uid: Optional[int] = None):
-    """preexec_fn: hard limits, inherited by everything the sandbox starts."""
+    """preexec_fn: hard limits, inherited by everything the sandbox starts, and death with
+    this process (:func:`~autograder.isolation.processes.die_with_parent`)."""
+    orphan_guard = die_with_parent()
 
     def apply():
+        orphan_guard()
         def hard(which, value):
             _, current = resource.getrlimit(which)
             if current != resource.RLIM_INFINITY:

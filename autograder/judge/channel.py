@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from ..core.clock import CLOCK, Deadline
 from ..core.records import (
     ExportReply,
     ExportRequest,
@@ -25,7 +26,6 @@ from ..core.records import (
     parse,
 )
 from ..isolation.sandbox import describe_exit
-
 
 #: bytes of replies a worker may have sent that this side has not taken yet (replies to
 #: requests sent ahead wait here while this side compiles); past it, the worker is stopped
@@ -80,11 +80,12 @@ class WorkerLink:
         """Queue ``line`` for the worker (never blocks)."""
         self._outgoing.put(line.encode())
 
-    def lines(self, deadline: float):
+    def lines(self, deadline: Deadline):
         """The worker's lines (bytes, without the newline) as they come, until ``deadline``
-        (``time.monotonic()``): then, or when the worker is stopped, :class:`WorkerStopped`."""
+        (effective time, :mod:`autograder.core.clock`): then, or when the worker is stopped,
+        :class:`WorkerStopped`."""
         while True:
-            left = deadline - time.monotonic()
+            left = deadline.left()
             if left <= 0:
                 raise WorkerStopped("timeout", ("timeout", None))
             try:
@@ -227,7 +228,7 @@ class SandboxExporter:
             self.box.kill()
             self.box = None
 
-    def _lines(self, deadline: float):
+    def _lines(self, deadline: Deadline):
         return self.link.lines(deadline)
 
     # -- loading ---------------------------------------------------------------------------
@@ -238,7 +239,7 @@ class SandboxExporter:
 
     def start(self) -> None:
         """Load the submission, skipping statements that hang or crash the worker."""
-        deadline = time.monotonic() + self.load_s
+        deadline = CLOCK.deadline(self.load_s)
         while True:
             if self.box is None:
                 self._spawn()
@@ -258,7 +259,7 @@ class SandboxExporter:
             except WorkerStopped as e:
                 self.box.kill()
                 self.box = None
-                if where is None or time.monotonic() >= deadline:
+                if where is None or deadline.expired():
                     why = (f"ran past the {self.load_s:g} s limit for loading"
                            if e.phase[0] == "timeout" else e.why)
                     self.notes.append(f"the submission could not be loaded: {why}")
@@ -295,7 +296,7 @@ class SandboxExporter:
                 on_reply(rec)
         try:
             if len(out) < len(want):
-                for line in self._lines(time.monotonic() + timeout):
+                for line in self._lines(CLOCK.deadline(timeout)):
                     try:
                         rec = parse(line, allowed=(ExportReply,))
                     except RecordError:

@@ -50,6 +50,65 @@ COMPILE_THREADS = max(1, min(4, os.cpu_count() or 1))
 CALL_TIMEOUT = float(os.environ.get("AUTOGRADER_CALL_TIMEOUT", "60"))
 
 
+#: told "student" or "grader" as the judge's work changes hands (the judge process passes it
+#: on to the supervisor, which blames a missed deadline or a crash on the owner of the moment)
+OWNER_HOOK: Optional[Callable[[str], None]] = None
+#: who owns the work under way, innermost last (empty: the student's)
+_owners: list[str] = []
+
+
+class GraderFault(Exception):
+    """The grader's own code failed while judging a function: not the student's doing, so the
+    function gets no verdict and is graded again (a regrade)."""
+
+
+@contextlib.contextmanager
+def _owned_by(owner: str):
+    before = _owners[-1] if _owners else "student"
+    _owners.append(owner)
+    if owner != before and OWNER_HOOK is not None:
+        OWNER_HOOK(owner)
+    try:
+        yield
+    finally:
+        _owners.pop()
+        if owner != before and OWNER_HOOK is not None:
+            OWNER_HOOK(before)
+
+
+@contextlib.contextmanager
+def grader_work(what: str):
+    """The grader's own work (the baseline, the model, reading a program, the checks): an error
+    in it becomes a :class:`GraderFault`, and a deadline missed or a crash meanwhile is the
+    grader's too (:data:`OWNER_HOOK`)."""
+    with _owned_by("grader"):
+        try:
+            yield
+        except (GraderFault, GradingTimeout, KeyboardInterrupt):
+            raise
+        except Exception as e:  # noqa: BLE001
+            raise GraderFault(f"{what}: {type(e).__name__}: {e}") from e
+
+
+@contextlib.contextmanager
+def student_work():
+    """Running the submission's program from inside the grader's own work (the model counting
+    its loops on the grading input): a deadline or a crash meanwhile is the student's."""
+    with _owned_by("student"):
+        yield
+
+
+def fault_text(e: BaseException) -> str:
+    """How a regrade names the grader's failure (for the instructor: the student did nothing
+    wrong here)."""
+    import traceback
+
+    where = traceback.extract_tb(e.__traceback__)[-1:] if e.__traceback__ else []
+    at = f" (at {where[0].filename.rsplit('/', 2)[-1]}:{where[0].lineno})" if where else ""
+    text = str(e) if isinstance(e, GraderFault) else f"{type(e).__name__}: {e}"
+    return f"the grader failed: {text}"[:600] + at
+
+
 def _short_error(e: BaseException) -> str:
     if isinstance(e, GradingTimeout):
         return f"your function {e} (a loop that never ends, or far too much work)"
@@ -410,18 +469,19 @@ def run_case(programs: Programs, layout, case: Case, *, want_program: bool,
             out.block_until_ready()
             att.value = np.asarray(jax.device_get(out))
             if problem.uses_mesh:
-                att.sharding_error = sharding_problem(out, mesh, problem.out_spec)
-                att.copies_error = copies_disagree(out, mesh, problem.rtol, problem.atol)
+                with grader_work("comparing the output's layout and copies"):
+                    att.sharding_error = sharding_problem(out, mesh, problem.out_spec)
+                    att.copies_error = copies_disagree(out, mesh, problem.rtol, problem.atol)
             if want_program:
                 art = programs.artifact(layout, case)
                 shape = tuple(int(s) for s in mesh.devices.shape) if problem.uses_mesh else None
-                with phase("read structure"):
+                with phase("read structure"), grader_work("reading the program's structure"):
                     att.program = program_from_exported(art.exported, mesh_shape=shape,
                                                         compiled_text=compiled.as_text())
     except ArtifactError as e:
         att.error = str(e)
     except BaseException as e:  # noqa: BLE001
-        if isinstance(e, KeyboardInterrupt):
+        if isinstance(e, (KeyboardInterrupt, GraderFault)):
             raise
         att.error = _short_error(e)
     return att
@@ -532,19 +592,22 @@ def _grade(programs: Programs, res: FunctionResult, *, with_speed: bool, modeler
     problem = programs.plan.problem
     with phase("numerics (compile and run)"):
         attempts = gather_attempts(programs)
-    num = checks.numerics(problem, attempts)
+    with grader_work("the numerics check"):
+        num = checks.numerics(problem, attempts)
     res.checks.append(num)
     if any(a.error is not None for a in attempts):
         # a function that raised (or could not be exported or run) earns nothing else
         res.checks += [skipped(n, "the function must run on every case first (see numerics)")
                        for n in problem.check_names[1:]]
         return
-    res.checks.append(checks.sharding(problem, attempts))
+    with grader_work("the sharding check"):
+        res.checks.append(checks.sharding(problem, attempts))
     if not num.passed:
         res.checks += [skipped(n, "the numerics check must pass first")
                        for n in problem.check_names[1:] if n != "sharding"]
         return
-    res.checks.append(checks.structure(problem, attempts))
+    with grader_work("the structure check"):
+        res.checks.append(checks.structure(problem, attempts))
     if problem.memory_bound is not None:
         with phase("memory"):
             res.checks.append(_memory_check(programs))
@@ -568,13 +631,14 @@ def _memory_check(programs: Programs) -> CheckResult:
             with phase("memory: check the values"):
                 wrong = _big_case_values(problem, "memory", where, compiled, case, layout, args)
     except BaseException as e:  # noqa: BLE001
-        if isinstance(e, KeyboardInterrupt):
+        if isinstance(e, (KeyboardInterrupt, GraderFault)):
             raise
         return failed("memory", f"{where}: could not compile and run it: {_short_error(e)}")
     if wrong is not None:
         return wrong
-    bound, what = problem.memory_bound(case, *layout)
-    return checks.memory(problem, temp, int(bound), what, where)
+    with grader_work("the memory check"):
+        bound, what = problem.memory_bound(case, *layout)
+        return checks.memory(problem, temp, int(bound), what, where)
 
 
 def _big_case_values(problem: Problem, check: str, where: str, compiled, case: Case, layout,
@@ -610,33 +674,37 @@ def _speed_check(programs: Programs, modeler) -> CheckResult:
             if wrong is not None:
                 return wrong
             if modeler is not None:
-                with phase("speed: compile"):
+                with phase("speed: compile"), grader_work("the jit baseline"):
                     base_text = baseline_text(problem, layout, case, mesh, args)
-                with phase("speed: model"):
+
+                def pinned():
+                    with student_work():
+                        return programs.pinned_speed_program(layout, case, mesh, args)
+
+                with phase("speed: model"), grader_work("the TPU model"):
                     modeled = modeler(problem, None, mesh, args, program=True,
-                                      texts=(st_text, base_text),
-                                      pinned=lambda: programs.pinned_speed_program(
-                                          layout, case, mesh, args)) or {}
+                                      texts=(st_text, base_text), pinned=pinned) or {}
             # Wall-clock is timed only where it decides: a real accelerator, or a program the
             # model cannot read. Where the model decides, timing emulated devices adds nothing.
             rounds = 0 if "ratio" in modeled else MEASURED_ROUNDS
             s = b = ratio = float("nan")
             if rounds:
-                with phase("speed: compile"):
+                with phase("speed: compile"), grader_work("compiling the jit baseline"):
                     base = compile_for(problem, problem.baseline, mesh, args, baseline=True,
                                        options=None if modeler is None else speed_options())
                 with phase("speed: measure"):
                     s, b, ratio = measure(student, base, _dynamic(problem, args),
                                           rounds=rounds)
     except BaseException as e:  # noqa: BLE001
-        if isinstance(e, KeyboardInterrupt):
+        if isinstance(e, (KeyboardInterrupt, GraderFault)):
             raise
         return failed("speed", f"could not time it: {_short_error(e)}")
     modeled = dict(modeled or {})
     note = modeled.pop("note", None) if "ratio" not in modeled else None
     t = checks.Timing(student_us=s * 1e6, baseline_us=b * 1e6, ratio=ratio, rounds=rounds,
                       platform=current_platform(), modeled=modeled if "ratio" in modeled else {})
-    res = checks.speed(problem, t)
+    with grader_work("the speed check"):
+        res = checks.speed(problem, t)
     if note:
         res.message += f" (note: {note})"
     return res

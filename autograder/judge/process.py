@@ -90,7 +90,8 @@ def exporter_for(a):
 
 
 def run(a, send, exporter) -> None:
-    from ..core.records import Done, Plan, Result, Start
+    from ..core import errors
+    from ..core.records import Done, Owner, Plan, Restart, Result, Start
     from . import grading
     from .reuse import VerdictStore
     from .timing import phase
@@ -118,13 +119,24 @@ def run(a, send, exporter) -> None:
         for p, plan in zip(probs, plans, strict=True):
             if p.name in exporter.defined:
                 exporter.submit(plan.all_requests())
+        grading.OWNER_HOOK = lambda owner: send(Owner(owner))
         for i, (p, plan) in enumerate(zip(probs, plans, strict=True)):
             send(Start(p.name))
-            with phase(f"function {p.name}"):
-                r = grading.grade_function(p, exporter if defined[i] else None, plan=plan,
-                                           export_timeout=a.export_timeout,
-                                           with_speed=not a.no_speed, store=store)
-            send(Result(p.name, [c.to_dict() for c in r.checks], reused=r.reused))
+            try:
+                with phase(f"function {p.name}"):
+                    r = grading.grade_function(p, exporter if defined[i] else None, plan=plan,
+                                               export_timeout=a.export_timeout,
+                                               with_speed=not a.no_speed, store=store)
+            except Exception as e:  # noqa: BLE001 - the grader's own code failed: a regrade
+                send(Result(p.name, [], regrade=grading.fault_text(e)))
+            else:
+                send(Result(p.name, [c.to_dict() for c in r.checks], reused=r.reused))
+            if errors.EXPIRED and i + 1 < len(probs):
+                # a time limit ran out on the submission's work, which may still run on XLA's
+                # threads here: the functions left get a fresh judge
+                send(Restart("a program of the submission ran past its time limit"))
+                exporter.close()
+                os._exit(0)
         send(Done())
     finally:
         exporter.close()

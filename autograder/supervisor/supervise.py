@@ -29,13 +29,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from ..core.records import Done, Plan, RecordError, Result, Start, parse
+from ..core.clock import CLOCK, Deadline
+from ..core.records import Done, Owner, Plan, RecordError, Restart, Result, Start, parse
 from ..core.results import CheckResult, FunctionResult, SubmissionResult, skipped
+from ..isolation.processes import die_with_parent
 from .options import Limits, Options, cache_for, check_options
 
 
 def _preexec(limits: Limits):
+    """The judge's ``preexec_fn``: its resource limits, and death with this process."""
+    orphan_guard = die_with_parent()
+
     def apply():
+        orphan_guard()
+
         def cap(which, mb):
             if mb is None:
                 return
@@ -86,15 +93,27 @@ def tail(path: Path, n: int = 2000) -> str:
 @dataclass
 class _Run:
     records: list = field(default_factory=list)
-    #: why the grader stopped early (None: it finished)
+    #: why the grader stopped early (None: it finished, or stopped to be restarted)
     stopped: Optional[str] = None
     #: the function it was grading when it stopped (None: before or between functions)
     function: Optional[str] = None
+    #: whose work it was doing then (an Owner record's owner; the student's until it says)
+    owner: str = "student"
+    #: the judge asked to be replaced (a Restart record): the functions left go to a fresh one
+    restart: Optional[str] = None
     peak_rss_mb: float = 0.0
 
 
+#: seconds a judge that closed its output is given to exit before it is killed
+EXIT_GRACE_S = 10.0
+
+
 def _run_grader(sub: Path, work: Path, opts: Options, *, only: Optional[list[str]],
-                skip: list[int], deadline: float) -> _Run:
+                skip: list[int], deadline: Deadline) -> _Run:
+    """One judge process, from its start until it ends or is stopped. Every wait is bounded:
+    by the per-function limit while it grades a function (effective time,
+    :mod:`autograder.core.clock`), by the loading limit before, by ``deadline`` always, and by
+    :data:`EXIT_GRACE_S` once it has closed its output."""
     from ..isolation.sandbox import describe_exit
 
     lim = opts.limits
@@ -111,7 +130,7 @@ def _run_grader(sub: Path, work: Path, opts: Options, *, only: Optional[list[str
                                 preexec_fn=_preexec(lim))
     fd = proc.stdout.fileno()
     buf = b""
-    phase_deadline = min(deadline, time.monotonic() + lim.load_s + 60)
+    phase = CLOCK.deadline(lim.load_s + 60).sooner(deadline)
     try:
         while True:
             ready, _, _ = select.select([fd], [], [], 0.2)
@@ -120,20 +139,28 @@ def _run_grader(sub: Path, work: Path, opts: Options, *, only: Optional[list[str
             while b"\n" in buf:
                 line, buf = buf.split(b"\n", 1)
                 try:
-                    rec = parse(line, allowed=(Plan, Start, Result, Done))
+                    rec = parse(line, allowed=(Plan, Start, Owner, Result, Restart, Done))
                 except RecordError:
                     continue
                 run.records.append(rec)
                 if isinstance(rec, Start):
-                    run.function = rec.function
-                    phase_deadline = min(deadline, time.monotonic() + lim.per_function_s)
+                    run.function, run.owner = rec.function, "student"
+                    phase = CLOCK.deadline(lim.per_function_s).sooner(deadline)
+                elif isinstance(rec, Owner):
+                    run.owner = rec.owner
                 elif isinstance(rec, Result):
                     run.function = None
-            if ready and not chunk:
-                rc = proc.wait()
-                if not any(isinstance(r, Done) for r in run.records):
-                    run.stopped = describe_exit(rc) if rc != 0 else \
-                        "the grading process stopped early"
+                elif isinstance(rec, Restart):
+                    run.restart = rec.why
+            if ready and not chunk:  # it closed its output: it is ending
+                try:
+                    rc = proc.wait(timeout=EXIT_GRACE_S)
+                except subprocess.TimeoutExpired:
+                    rc = None  # stuck on its way out: the finally below kills it
+                if run.restart is None and not any(isinstance(r, Done) for r in run.records):
+                    run.stopped = ("it did not exit after closing its output" if rc is None
+                                   else describe_exit(rc) if rc != 0 else
+                                   "the grading process stopped early")
                 break
             if lim.memory_mb:
                 rss = _rss_mb(proc.pid)
@@ -142,11 +169,10 @@ def _run_grader(sub: Path, work: Path, opts: Options, *, only: Optional[list[str
                     run.stopped = (f"its program used more than {lim.memory_mb} MB of memory "
                                    f"({rss:.0f} MB resident) and was stopped")
                     break
-            now = time.monotonic()
-            if now > deadline:
+            if deadline.expired():
                 run.stopped = "it ran past the time limit for the whole submission and was stopped"
                 break
-            if now > phase_deadline:
+            if phase.expired():
                 run.stopped = (f"it ran past the {lim.per_function_s:g} s time limit for one "
                                "function and was stopped" if run.function else
                                "loading the submission ran past its time limit")
@@ -183,24 +209,47 @@ def _problems_for(assignment: Optional[str]):
     return registry.problems(assignment) if assignment else registry.problems()
 
 
-def _scored(name: str, checks: list[CheckResult], reused: bool = False) -> FunctionResult:
+def _scored(name: str, checks: list[CheckResult], reused: bool = False,
+            regrade: Optional[str] = None) -> FunctionResult:
     """A function's result scored with this process's registry: its points, its weights."""
     from ..course import registry
 
     prob = registry.get(name)
     return FunctionResult(name, float(prob.points), checks, weights=dict(prob.weights),
-                          reused=bool(reused))
+                          reused=bool(reused), regrade=regrade)
 
 
 def _zero(prob, why: str, check: str = "numerics") -> FunctionResult:
+    """The student's zero, with the reason."""
     checks = [CheckResult(n, False, why) if n == check else skipped(n, why)
               for n in prob.check_names]
     return _scored(prob.name, checks)
 
 
+def _regrade(prob, why: str) -> FunctionResult:
+    """No verdict: the grader failed on this function (``why``), which is graded again later."""
+    return _scored(prob.name, [skipped(n, "the grader failed here") for n in prob.check_names],
+                   regrade=why)
+
+
+def _blame(run: _Run, prob, lim: Limits) -> FunctionResult:
+    """The result of the function a judge was grading when it was stopped: the student's zero
+    if it was compiling, running or waiting on the submission's code; a regrade if it was doing
+    the grader's own work."""
+    if run.owner == "grader":
+        return _regrade(prob, f"the grader's own work on this function failed: {run.stopped}")
+    return _zero(prob, f"{run.stopped} while grading this function (a loop that never ends, a "
+                 "crash, or far too much memory)")
+
+
 def grade_submission(submission: Path, opts: Optional[Options] = None, *,
                      log: Optional[Callable[[str], None]] = None) -> SubmissionResult:
     """Grade one notebook or .py file; never raises for student misbehaviour.
+
+    A function the grader itself failed on (an error in its own code, a crash or a missed
+    deadline while doing its own work, a judge that could not start, a budget or restart count
+    used up before the function was reached) is marked as needing a regrade, never scored as
+    the student's zero.
 
     Raises ValueError for an unknown assignment or function name and
     :class:`IsolationUnavailable` where student code cannot be isolated (unless
@@ -212,7 +261,8 @@ def grade_submission(submission: Path, opts: Optional[Options] = None, *,
     lim = opts.limits
     submission = Path(submission).resolve()
     expected = _problems_for(opts.assignment)
-    deadline = time.monotonic() + lim.budget(len(expected))
+    started, effective = time.monotonic(), CLOCK.now()
+    deadline = CLOCK.deadline(lim.budget(len(expected)))
     with tempfile.TemporaryDirectory(prefix="autograde-") as tmp:
         work = Path(tmp)
         # A private copy, named like the original and its folder (the assignment, in the
@@ -232,6 +282,7 @@ def grade_submission(submission: Path, opts: Optional[Options] = None, *,
         skip: list[int] = []
         only: Optional[list[str]] = list(opts.only) if opts.only else None
         peak = 0.0
+        unfinished = "the grading process stopped before reaching this function"
         for attempt in range(lim.max_restarts + 1):
             run = _run_grader(sub, work, opts, only=only, skip=skip, deadline=deadline)
             peak = max(peak, run.peak_rss_mb)
@@ -245,30 +296,35 @@ def grade_submission(submission: Path, opts: Optional[Options] = None, *,
                     try:
                         checks = [CheckResult.from_dict(c) for c in rec.checks]
                     except ValueError as e:
-                        notes.append(f"the grader sent a malformed result ({e})")
+                        results[rec.function] = _regrade(
+                            registry.get(rec.function),
+                            f"the grader sent a malformed result ({e})")
                         continue
-                    results[rec.function] = _scored(rec.function, checks, rec.reused)
-            if run.stopped is None:
-                break
-            if log is not None:
-                log(tail(work / "grader.log"))
-            if run.function is not None:
-                results[run.function] = _zero(
-                    registry.get(run.function), f"{run.stopped} while grading this function "
-                    "(a loop that never ends, a crash, or far too much memory)")
-            if plan is None or time.monotonic() >= deadline:
-                if plan is None:
+                    results[rec.function] = _scored(rec.function, checks, rec.reused,
+                                                    regrade=rec.regrade)
+            if run.stopped is not None:
+                if log is not None:
+                    log(tail(work / "grader.log"))
+                if run.function is not None:
+                    results[run.function] = _blame(run, registry.get(run.function), lim)
+            if plan is None:
+                if run.stopped is not None:
                     last = tail(work / "grader.log", 600).strip().splitlines()[-3:]
-                    notes.append(f"{run.stopped} before the grading could start"
-                                 + (f" (grader log: {' / '.join(last)})" if last else ""))
+                    unfinished = (f"the grader could not start grading ({run.stopped}"
+                                  + (f"; grader log: {' / '.join(last)}" if last else "") + ")")
                 break
             left = [n for n in plan.functions if n not in results
                     and (not opts.only or n in opts.only)]
-            if not left:
+            if not left or (run.stopped is None and run.restart is None):
+                break
+            if deadline.expired():
+                unfinished = ("the grading ran out of its time budget for the whole submission "
+                              "before reaching this function")
                 break
             only = left
         else:
-            notes.append("gave up after too many restarts of the grading process")
+            unfinished = (f"the grading process was restarted {lim.max_restarts} times and "
+                          "gave up before reaching this function")
         names = list(plan.functions) if plan else [p.name for p in expected]
         if opts.only:
             names = [n for n in names if n in opts.only]
@@ -277,9 +333,12 @@ def grade_submission(submission: Path, opts: Optional[Options] = None, *,
                 (work / "student.log").stat().st_size >= (lim.output_mb << 20) - 4096:
             notes.append(f"the submission printed more than {lim.output_mb} MB; the rest of "
                          "its output was refused")
-        functions = {n: results.get(n) or _zero(registry.get(n), "not graded: the grading "
-                                                 "process stopped before reaching this function")
+        functions = {n: results.get(n) or _regrade(registry.get(n), unfinished)
                      for n in names}
+    wall = time.monotonic() - started
+    if wall > 60 and CLOCK.now() - effective < 0.8 * wall:
+        notes.append(f"grading took {wall:.0f} s on a busy machine; its time limits were "
+                     "stretched to match, and no point depends on how long it took")
     if not opts.isolation:
         notes.insert(0, "graded WITHOUT isolation (--no-isolation): the student's code ran "
                         "unconfined on the grading machine")
