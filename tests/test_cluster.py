@@ -290,6 +290,61 @@ def test_killed_worker_task_is_retried_elsewhere(dask_cluster, tmp_path):
     assert victim not in o.report["worker"]
 
 
+def test_a_killed_worker_takes_its_judge_and_sandbox_with_it(dask_cluster, tmp_path):
+    """Only the Dask worker's own process is killed (not its children): the judge it started,
+    busy running a program that never ends, and that judge's sandbox end within 15 s."""
+    cls = tmp_path / "hang"
+    _write(cls, "hal", {"ps1_sharding.py": "import jax\n\n\ndef shard_average_jit(A, mesh):\n"
+                        "    return jax.lax.while_loop(lambda c: c[0, 0] == c[0, 0], "
+                        "lambda c: c + 1.0, A)\n"})
+    th = threading.Thread(target=lambda: batch.grade_all(
+        cls, out=tmp_path / "g.csv", opts=_opts(only=["shard_average_jit"]), progress=False,
+        scheduler=dask_cluster.address), daemon=True)
+    th.start()
+    with dask_cluster.client() as c:
+        pids = c.run(os.getpid)  # worker address -> its process
+        below: set = set()
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 120:
+            for pid in pids.values():
+                tree = _tree(pid) - {pid}
+                if any(b"autograder.worker" in _cmdline(q) for q in tree):
+                    below, victim = tree, pid
+            if below:
+                break
+            time.sleep(0.2)
+        assert below, "no grading started"
+        time.sleep(6.0)  # the judge is running the program that never ends
+        below = _tree(victim) - {victim}
+        assert any(b"autograder.judge" in _cmdline(q) for q in below)
+        os.kill(victim, signal.SIGKILL)
+        end = time.monotonic() + 15
+        while _running(below) and time.monotonic() < end:
+            time.sleep(0.2)
+        assert not _running(below), [_cmdline(q)[:100] for q in _running(below)]
+    th.join(timeout=300)  # the task is retried on a worker that lives, and ends
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def _running(pids) -> list:
+    out = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] != "Z":
+                    out.append(pid)
+        except (OSError, IndexError):
+            pass
+    return out
+
+
 # -- the records, without a cluster --------------------------------------------------------------
 
 

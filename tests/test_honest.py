@@ -9,6 +9,7 @@ functions) is graded in full.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -342,3 +343,90 @@ def test_grade_all_marks_a_regrade_exits_nonzero_and_grades_it_next_time(faulty_
     assert float(row["total"]) == 10.0 and row["needs_regrade"] == "", row
     rep = json.loads((out.parent / "reports" / "ann" / "ps1_sharding.json").read_text())
     assert "needs_regrade" not in rep and rep["score"] == 10.0
+
+
+# -- the same verdicts under load ------------------------------------------------------------
+
+
+def test_effective_time_slows_with_the_load_and_never_stops(monkeypatch):
+    from autograder.core import clock
+
+    c = clock.LoadClock(cpus=2)
+    monkeypatch.setattr(clock, "runnable", lambda: 3)  # two others besides the sampler: idle
+    assert c._sample() == 1.0
+    monkeypatch.setattr(clock, "runnable", lambda: 7)  # six gradings on two cores
+    assert c._sample() == pytest.approx(2 / 6)
+    monkeypatch.setattr(clock, "runnable", lambda: 500)  # a fork bomb next door
+    assert c._sample() == clock.MIN_RATE
+    monkeypatch.setattr(clock, "runnable", lambda: None)  # no /proc/stat: wall-clock time
+    assert c._sample() == 1.0
+
+
+def test_an_oversubscribed_class_gets_the_same_verdicts(tmp_path):
+    """The same hand-ins graded with 2 and with 6 at once on this machine (2 cores here):
+    every check of every function gets the same verdict."""
+    from autograder.classroom.batch import grade_all
+    from autograder.supervisor.options import Options
+
+    cls = tmp_path / "handins"
+    cls.mkdir()
+    sources = {"ann": ROOT / "solutions" / "ps1_sharding.py"}
+    for f in ("alt_correct", "alt_correct_gather", "wrong_global_roll", "wrong_replicated",
+              "wrong_no_shard_map"):
+        sources[f.replace("_", "")] = ROOT / "tests" / "fixtures" / "ps1" / f"{f}.py"
+    for student, src in sources.items():
+        (cls / f"{student}_ps1_sharding.py").write_text(src.read_text())
+    verdicts = {}
+    for workers in (2, 6):
+        # a cache of its own for each run: no verdict is reused from the other run
+        opts = Options(seed=7, cache_dir=tmp_path / f"cache{workers}")
+        outcomes = grade_all(cls, workers=workers, out=tmp_path / f"w{workers}" / "g.csv",
+                             opts=opts, progress=False)
+        verdicts[workers] = {
+            (o.item.student, fn): [(c["name"], c["passed"]) for c in f["checks"]]
+            for o in outcomes for fn, f in o.report["functions"].items()}
+        assert not any(o.report.get("needs_regrade") for o in outcomes)
+    assert verdicts[2] == verdicts[6]
+    assert all(p for _, p in verdicts[6][("ann", "roll_diff")])
+    assert not all(p for _, p in verdicts[6][("wrongglobalroll", "roll_diff")])
+
+
+# -- the sandbox's memory, for as long as it lives ------------------------------------------------
+
+#: a correct ps1 answer whose first function, while it is traced, starts a thread that takes
+#: gigabytes once the export has gone back (when nobody waits on the worker any more)
+HOG = (ROOT / "solutions" / "ps1_sharding.py").read_text().replace(
+    "def shard_average_jit(", '''def _hog():
+    import time
+
+    block = bytearray(3 << 30)
+    time.sleep(120)
+    return block
+
+
+def shard_average_jit(''', 1).replace('''    ### BEGIN SOLUTION''', '''    import threading
+
+    threading.Thread(target=_hog, daemon=True).start()
+    ### BEGIN SOLUTION''', 1)
+
+
+def test_a_sandbox_that_takes_memory_late_is_stopped_and_told_why(tmp_path):
+    from autograder.classroom.batch import grade_all
+    from autograder.isolation import cgroup
+    from autograder.supervisor.options import Limits, Options
+
+    assert "_hog" in HOG and "threading.Thread" in HOG
+    cls = tmp_path / "handins"
+    cls.mkdir()
+    (cls / "hog_ps1_sharding.py").write_text(HOG)
+    (cls / "ann_ps1_sharding.py").write_text((ROOT / "solutions" / "ps1_sharding.py").read_text())
+    lim = Limits(student_memory_mb=1536)
+    outcomes = grade_all(cls, workers=2, out=tmp_path / "out" / "g.csv", progress=False,
+                         opts=Options(quick=True, with_speed=False, limits=lim))
+    reports = {o.item.student: o.report for o in outcomes}
+    assert reports["ann"]["score"] == 10.0 and "notes" not in reports["ann"], reports["ann"]
+    # said where it was found: in a note, or in the function whose tracing it stopped
+    said = json.dumps(reports["hog"])
+    assert "memory bound" in said or "MB of memory" in said, said
+    if cgroup.support() is not None:
+        assert "the kernel stopped it" in said, said

@@ -3,6 +3,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -92,3 +93,57 @@ def test_autograde_ignores_what_the_kernel_says(tmp_path, monkeypatch):
     graded = nbformat.read(course / "autograded" / "mallory" / "ps1_sharding" /
                            "ps1_sharding.ipynb", as_version=4)
     assert any("grader replaced" in o.get("text", "") for o in graded.cells[1].outputs)
+
+
+def test_autograde_stopped_mid_run_leaves_no_process_behind(tmp_path, monkeypatch):
+    """``nbgrader autograde`` killed while the grader runs a hand-in's program that never ends:
+    the judge and its sandbox end with it."""
+    import shutil
+    import signal
+
+    import nbformat
+    from test_honest import HANGS, _alive, _cmdline, _tree
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    import demo
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    course = tmp_path / "course"
+    course.mkdir()
+    (course / "nbgrader_config.py").write_text(demo.CONFIG)
+    shutil.copytree(ROOT / "source" / "ps1_sharding", course / "source" / "ps1_sharding")
+    api = demo.nbgrader_api(course)
+    demo.check(api.generate_assignment("ps1_sharding", force=True), "generate")
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        gb.add_student("hal")
+    sub = course / "submitted" / "hal" / "ps1_sharding"
+    shutil.copytree(course / "release" / "ps1_sharding", sub)
+    nb = nbformat.read(sub / "ps1_sharding.ipynb", as_version=4)
+    cell = next(c for c in nb.cells if "def shard_average_jit" in c.source)
+    cell.source = HANGS
+    # its own check cell would hang the notebook's run first: the student took it out
+    nb.cells = [c for c in nb.cells if 'check("shard_average_jit"' not in c.source]
+    nbformat.write(nb, sub / "ps1_sharding.ipynb")
+    (sub / "timestamp.txt").write_text("2026-11-21 12:00:00.000000 UTC")
+    p = subprocess.Popen([str(Path(sys.executable).parent / "nbgrader"), "autograde",
+                          "ps1_sharding", "--student", "hal"], cwd=course,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         start_new_session=True)
+    try:
+        t0 = time.monotonic()
+        while not any(b"autograder.judge" in _cmdline(q).encode() for q in _tree(p.pid)):
+            assert p.poll() is None and time.monotonic() - t0 < 600, "no judge started"
+            time.sleep(0.5)
+        time.sleep(8.0)  # the judge is running the program that never ends
+        below = _tree(p.pid) - {p.pid}
+        os.kill(p.pid, signal.SIGKILL)
+        end = time.monotonic() + 15
+        while _alive(below) and time.monotonic() < end:
+            time.sleep(0.2)
+        assert not _alive(below), [_cmdline(q)[:100] for q in _alive(below)]
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, 9)

@@ -85,6 +85,18 @@ def check_isolation() -> Finding:
                    "needs --no-isolation on every command, and every report then says so")
 
 
+def check_memory_bound() -> Finding:
+    """What bounds a sandbox's memory: a control group the kernel enforces, where one can be
+    made here, beside the judge's watchdog (which is always on)."""
+    from ..isolation import cgroup
+
+    return Finding("memory bound", cgroup.support() is not None, cgroup.describe(),
+                   fix="run the grader as root on a machine with a writable cgroup file system "
+                   "(v2 with the memory and pids controllers, or v1) for a bound the kernel "
+                   "enforces; the watchdog alone still stops a sandbox past its limit",
+                   required=False)
+
+
 def check_tpumodel() -> Finding:
     """Load the TPU model and model a small ring written with ``fori_loop`` on a 2x4 mesh: three
     hops must come out as three communications (this JAX's loop lowering is read)."""
@@ -141,7 +153,8 @@ def check_distributed() -> Finding:
 
 
 CHECKS: tuple[Callable[[], Finding], ...] = (check_jax, check_devices, check_isolation,
-                                             check_tpumodel, check_nbgrader, check_distributed)
+                                             check_memory_bound, check_tpumodel, check_nbgrader,
+                                             check_distributed)
 
 
 def run(out=print) -> int:

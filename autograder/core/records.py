@@ -236,7 +236,16 @@ class Restart(Record):
 
 @dataclass(frozen=True)
 class Done(Record):
+    """The judge graded every function it planned. ``notes``: what happened meanwhile that the
+    submission's report should say (its sandbox stopped while nobody waited on it, ...)."""
+
     TYPE: ClassVar[str] = "done"
+    notes: list = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Done":
+        _expect_keys(d, cls, extra=("type",))
+        return cls(_strs(d.get("notes", []), 20, 600))
 
 
 TYPES = {c.TYPE: c for c in (ExportRequest, Quit, Loading, Loaded, ExportReply,

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from . import cgroup
 from .processes import die_with_parent
 
 #: where the worker's part of the package appears inside the sandbox (``/opt/grader/autograder``)
@@ -137,12 +138,15 @@ def _bwrap_argv(bwrap: str, *, binds: list[tuple[str, str]], uid: Optional[int],
     return argv
 
 
-def _limits_fn(lim: SandboxLimits, uid: Optional[int] = None):
-    """preexec_fn: hard limits, inherited by everything the sandbox starts, and death with
-    this process (:func:`~autograder.isolation.processes.die_with_parent`)."""
+def _limits_fn(lim: SandboxLimits, uid: Optional[int] = None, group=None):
+    """preexec_fn: the sandbox's control group (:mod:`.cgroup`, where one could be made),
+    hard limits, inherited by everything the sandbox starts, and death with this process
+    (:func:`~autograder.isolation.processes.die_with_parent`)."""
     orphan_guard = die_with_parent()
 
     def apply():
+        if group is not None:
+            group.join()
         orphan_guard()
         def hard(which, value):
             _, current = resource.getrlimit(which)
@@ -202,10 +206,13 @@ def _threads(pid: int) -> int:
 class Sandboxed:
     """A running sandboxed command: its pipes, its memory, and a way to end all of it."""
 
-    def __init__(self, proc: subprocess.Popen, uid: Optional[int], isolated: bool):
+    def __init__(self, proc: subprocess.Popen, uid: Optional[int], isolated: bool,
+                 group=None):
         self.proc = proc
         self.uid = uid
         self.isolated = isolated
+        #: its control group (the kernel's memory and process bound), or None: none here
+        self.group = group
         #: a host folder used as the worker's home without isolation (removed at the end)
         self.scratch: Optional[Path] = None
 
@@ -248,6 +255,13 @@ class Sandboxed:
             pass
         if self.scratch is not None:
             shutil.rmtree(self.scratch, ignore_errors=True)
+        if self.group is not None:
+            self.group.remove()
+
+    def out_of_memory(self) -> bool:
+        """Whether the kernel stopped it for going past its memory bound (its control group's
+        own count; False where it has none)."""
+        return self.group is not None and self.group.out_of_memory()
 
 
 def _descendants(root: int) -> list[int]:
@@ -279,14 +293,16 @@ def spawn(argv: list[str], *, binds: list[tuple[Path, str]], env: dict, isolated
         uid = _sandbox_uid()
         cmd = _bwrap_argv(shutil.which("bwrap"), binds=[(str(s), d) for s, d in binds], uid=uid,
                           env=env, tmp_mb=limits.tmp_mb) + list(argv)
+        group = cgroup.create(limits.memory_mb, limits.processes)
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=stderr, start_new_session=True, close_fds=True,
-                                preexec_fn=_limits_fn(limits, uid))
-        return Sandboxed(proc, uid, True)
+                                preexec_fn=_limits_fn(limits, uid, group))
+        return Sandboxed(proc, uid, True, group)
+    group = cgroup.create(limits.memory_mb, limits.processes)
     proc = subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=stderr, start_new_session=True, close_fds=True, env=env,
-                            preexec_fn=_limits_fn(limits))
-    return Sandboxed(proc, None, False)
+                            preexec_fn=_limits_fn(limits, group=group))
+    return Sandboxed(proc, None, False, group)
 
 
 #: the parts of the package the untrusted worker may read (it imports nothing else): the

@@ -99,6 +99,11 @@ class WorkerLink:
                 self._unread -= len(item)
             yield item
 
+    def stopped(self) -> Optional[WorkerStopped]:
+        """Why the worker was stopped (None: it was not, or not yet)."""
+        with self._lock:
+            return self._why
+
     def stop(self, why: WorkerStopped) -> None:
         """End the worker (the whole sandbox); the first reason given is the one reported."""
         with self._lock:
@@ -143,6 +148,10 @@ class WorkerLink:
             self.stop(WorkerStopped("it closed its output and went on running",
                                     ("protocol", None)))
             rc = self.box.proc.wait()
+        if self._why is None and self.box.out_of_memory():
+            self._why = WorkerStopped(
+                "it went past its memory bound (all its processes together) and the kernel "
+                "stopped it", ("memory", None))
         with self._lock:
             why = self._why or WorkerStopped(describe_exit(rc), ("exit", rc))
             self._why = why
@@ -200,6 +209,8 @@ class SandboxExporter:
         self.limits = limits
         self.skip: list[int] = []
         self.notes: list[str] = []
+        #: what happened to the sandbox after loading, for the end of the report
+        self.late_notes: list[str] = []
         self.defined: list[str] = []
         self.box = None
         self.link: Optional[WorkerLink] = None
@@ -225,8 +236,18 @@ class SandboxExporter:
         if self.box is not None:
             self.link.send(Quit().to_line())
             self.link.close()
+            self._note_stop()
             self.box.kill()
             self.box = None
+
+    def _note_stop(self) -> None:
+        """A worker stopped while nobody waited on it (its memory past the bound after its last
+        reply, say) is said in a note: nothing else would tell."""
+        why = self.link.stopped() if self.link is not None else None
+        if why is not None and why.phase[0] in ("memory", "protocol"):
+            note = f"the sandbox of the submission was stopped: {why.why}"
+            if note not in self.late_notes:
+                self.late_notes.append(note)
 
     def _lines(self, deadline: Deadline):
         return self.link.lines(deadline)

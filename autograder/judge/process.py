@@ -137,7 +137,8 @@ def run(a, send, exporter) -> None:
                 send(Restart("a program of the submission ran past its time limit"))
                 exporter.close()
                 os._exit(0)
-        send(Done())
+        exporter.close()
+        send(Done(list(exporter.late_notes)))
     finally:
         exporter.close()
 

@@ -302,6 +302,8 @@ def grade_submission(submission: Path, opts: Optional[Options] = None, *,
                         continue
                     results[rec.function] = _scored(rec.function, checks, rec.reused,
                                                     regrade=rec.regrade)
+                elif isinstance(rec, Done):
+                    notes.extend(n for n in rec.notes if n not in notes)
             if run.stopped is not None:
                 if log is not None:
                     log(tail(work / "grader.log"))
