@@ -392,7 +392,7 @@ def _grade_on_cluster(items: list[Item], opts, reports: Path, key: bytes, schedu
     for it in items:
         fps[it] = fingerprint(it, opts)
         old = None if force else _reuse(it, fps[it], reports, key)
-        if old is not None:
+        if old is not None and not old.report.get("needs_regrade"):
             record(old)
         else:
             todo.append(it)
