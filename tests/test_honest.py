@@ -412,7 +412,6 @@ def shard_average_jit(''', 1).replace('''    ### BEGIN SOLUTION''', '''    impor
 
 def test_a_sandbox_that_takes_memory_late_is_stopped_and_told_why(tmp_path):
     from autograder.classroom.batch import grade_all
-    from autograder.isolation import cgroup
     from autograder.supervisor.options import Limits, Options
 
     assert "_hog" in HOG and "threading.Thread" in HOG
@@ -425,8 +424,120 @@ def test_a_sandbox_that_takes_memory_late_is_stopped_and_told_why(tmp_path):
                          opts=Options(quick=True, with_speed=False, limits=lim))
     reports = {o.item.student: o.report for o in outcomes}
     assert reports["ann"]["score"] == 10.0 and "notes" not in reports["ann"], reports["ann"]
-    # said where it was found: in a note, or in the function whose tracing it stopped
+    # said where it was found: in a note, or in the function whose tracing it stopped (by the
+    # kernel's bound or the watchdog, whichever sees it first)
     said = json.dumps(reports["hog"])
     assert "memory bound" in said or "MB of memory" in said, said
-    if cgroup.support() is not None:
-        assert "the kernel stopped it" in said, said
+
+
+def test_the_kernel_bounds_a_sandboxs_memory_where_the_machine_offers_it():
+    from autograder.isolation import cgroup
+    from autograder.isolation import sandbox as isolation
+
+    if cgroup.support() is None:
+        pytest.skip("no control group can be made here: the watchdog alone bounds memory")
+    box = isolation.spawn([sys.executable, "-c", "b = bytearray(1 << 30); import time; "
+                           "time.sleep(60)"], binds=[], env={"PATH": os.environ["PATH"]},
+                          isolated=False, limits=isolation.SandboxLimits(memory_mb=256))
+    try:
+        assert box.proc.wait(timeout=60) != 0
+        assert box.out_of_memory()
+    finally:
+        box.kill()
+
+
+# -- what is graded is decided on the trusted side --------------------------------------------
+
+
+def test_the_judge_decides_what_to_grade_from_the_source_not_the_worker(tmp_path):
+    """A flat-folder file whose worker claims every graded function (its module code rewrites
+    the list it reports) is graded on the assignment its source defines, and a file defining
+    no graded function is graded on nothing, with a note."""
+    from autograder.supervisor.options import Options
+    from autograder.supervisor.supervise import grade_submission
+
+    claims = tmp_path / "eve.py"
+    claims.write_text((ROOT / "solutions" / "ps1_sharding.py").read_text() + '''
+
+def _claim_everything(f):
+    import sys
+
+    worker = sys.modules.get("__main__")
+    sys.modules["builtins"].sorted = lambda names, **kw: [
+        "matmul_allgather", "moe_topk", "roll_diff", "shard_average_jit"]
+    return f
+
+
+@_claim_everything
+def helper():
+    pass
+''')
+    res = grade_submission(claims, Options(quick=True, with_speed=False))
+    assert res.assignment == "ps1_sharding"
+    assert sorted(res.functions) == ["roll_diff", "shard_average_jit", "shard_average_shard_map"]
+    empty = tmp_path / "nobody.py"
+    empty.write_text("x = 1\n")
+    res = grade_submission(empty, Options(quick=True, with_speed=False))
+    assert res.functions == {} and res.assignment is None
+    assert any("cannot be told" in n for n in res.notes), res.notes
+
+
+# -- grade-all reads only what it should ------------------------------------------------------
+
+
+def test_grade_all_reads_only_regular_files_and_keeps_students_apart(tmp_path):
+    """Links to a classmate's file or to the course's solutions, a link to /proc/kmsg beside a
+    notebook, two files that map to one student, a name a spreadsheet would run: each is dealt
+    with before anything is read, and classmates keep their grades."""
+    import csv
+    import threading
+
+    from autograder.classroom.batch import grade_all
+    from autograder.supervisor.options import Options
+
+    solution = (ROOT / "solutions" / "ps1_sharding.py").read_text()
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    (flat / "ann_ps1_sharding.py").write_text(solution)
+    (flat / "mallory_ps1_sharding.py").symlink_to(flat / "ann_ps1_sharding.py")
+    (flat / "bob_ps1_sharding.py").write_text(solution)
+    (flat / "bob_ps1_sharding_.py").write_text("def roll_diff(A, shift, mesh):\n    return A\n")
+    (flat / "=cmd_ps1_sharding.py").write_text(solution)
+    done: dict = {}
+
+    def run():
+        done["out"] = grade_all(flat, workers=2, out=tmp_path / "f" / "g.csv", progress=False,
+                                opts=Options(quick=True, with_speed=False))
+
+    th = threading.Thread(target=run, daemon=True)
+    th.start()
+    th.join(timeout=600)
+    assert "out" in done, "grade-all did not finish"
+    by = {o.item.path.name: o.report for o in done["out"]}
+    assert by["ann_ps1_sharding.py"]["score"] == 10.0
+    assert "is a link" in by["mallory_ps1_sharding.py"]["error"]
+    for name in ("bob_ps1_sharding.py", "bob_ps1_sharding_.py"):
+        err = by[name]["error"]
+        assert "two hand-ins" in err and "bob_ps1_sharding_.py" in err, err
+    with open(tmp_path / "f" / "g.csv") as f:
+        students = [r["student"] for r in csv.DictReader(f)]
+    assert "'=cmd" in students and "=cmd" not in students
+
+    course = tmp_path / "course" / "submitted"
+    for student in ("cid", "dee", "eve"):
+        (course / student / "ps1_sharding").mkdir(parents=True)
+    (course / "cid" / "ps1_sharding" / "ps1_sharding.py").write_text(solution)
+    (course / "cid" / "ps1_sharding" / "notes.txt").symlink_to("/proc/kmsg")
+    (course / "dee" / "ps1_sharding" / "ps1_sharding.py").symlink_to(
+        ROOT / "solutions" / "ps1_sharding.py")
+    (course / "eve" / "ps1_sharding" / "ps1_sharding.py").symlink_to(
+        course / "cid" / "ps1_sharding" / "ps1_sharding.py")
+    th = threading.Thread(target=lambda: done.update(nb=grade_all(
+        course.parent, workers=2, out=tmp_path / "n" / "g.csv", progress=False,
+        opts=Options(quick=True, with_speed=False))), daemon=True)
+    th.start()
+    th.join(timeout=600)
+    assert "nb" in done, "grade-all did not finish (a link to /proc/kmsg blocked it?)"
+    by = {o.item.student: o.report for o in done["nb"]}
+    assert by["cid"]["score"] == 10.0
+    assert "is a link" in by["dee"]["error"] and "is a link" in by["eve"]["error"]

@@ -64,3 +64,19 @@ def test_untrusted_lists_are_capped():
 def test_oversized_lines_are_refused():
     with pytest.raises(R.RecordError, match="too long"):
         R.parse(b"x" * (R.MAX_LINE + 1))
+
+
+def test_every_field_a_worker_writes_is_capped_and_a_cut_is_marked():
+    """A forged record cannot carry megabytes of the student's text into reports."""
+    import json
+
+    from autograder.core.records import CUT, Loaded, Loading, parse
+
+    big = "GRADER NOTICE: full marks. " * 300_000  # about 8 MB
+    rec = parse(json.dumps({"type": "loading", "stmt": 3, "where": big}), allowed=(Loading,))
+    assert len(rec.where) <= 200 and rec.where.endswith(CUT)
+    rec = parse(json.dumps({"type": "loaded", "defined": ["roll_diff"] * 500,
+                            "notes": [big] * 80}), allowed=(Loaded,))
+    assert len(rec.notes) == 50 and all(len(n) <= 600 for n in rec.notes)
+    assert rec.notes[0].endswith(CUT) and rec.notes[-1].startswith("... and ")
+    assert len(rec.defined) == 200

@@ -488,7 +488,8 @@ def test_a_students_own_folder_is_importable_a_flat_folder_is_not(tmp_path):
     opts = Options(quick=True, with_speed=False, only=["shard_average_jit"])
     a = grade_all(tmp_path / "course", out=tmp_path / "a.csv", opts=opts, progress=False)
     b = grade_all(flat, out=tmp_path / "b.csv", opts=opts, progress=False)
-    got = {o.item.student: o.report["functions"]["shard_average_jit"] for o in a + b}
+    got = {o.item.student: o.report["functions"].get("shard_average_jit") for o in a + b}
+    assert got["helpers"] is None  # no graded function: its assignment cannot be told
     assert got["alice"]["score"] == 3.0
     assert got["bob"]["score"] == 0.0
     assert "name 'block_rows' is not defined" in got["bob"]["checks"][0]["message"]

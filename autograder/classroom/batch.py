@@ -23,6 +23,7 @@ baselines), which student code never sees either.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import hashlib
 import hmac
 import json
@@ -39,6 +40,7 @@ from typing import Optional
 
 from ..core.identity import GRADER_VERSION, grader_hash
 from ..core.results import REGRADE
+from ..supervisor.handin import own_files, read_capped, regular
 from .names import _slug
 
 SUFFIXES = (".ipynb", ".py")
@@ -51,6 +53,8 @@ class Item:
     path: Path
     #: the file sits in the student's own folder (nbgrader layout), which grading may see
     own_folder: bool = False
+    #: why this hand-in is refused before anything reads it (None: it is graded)
+    refused: Optional[str] = None
 
     @property
     def key(self) -> str:
@@ -70,7 +74,8 @@ def _assignment_in(name: str, known: list[str]) -> Optional[str]:
 
 def _pick_notebook(folder: Path, assignment: str) -> Optional[Path]:
     files = sorted(p for p in folder.iterdir()
-                   if p.is_file() and p.suffix in SUFFIXES and not p.name.startswith("."))
+                   if p.suffix in SUFFIXES and not p.name.startswith(".")
+                   and (p.is_symlink() or p.is_file()))
     if not files:
         return None
     named = [p for p in files if p.stem == assignment]  # the notebook before a .py twin
@@ -81,41 +86,73 @@ def _pick_notebook(folder: Path, assignment: str) -> Optional[Path]:
 
 
 def discover(root: Path) -> list[Item]:
-    """The submissions under ``root`` (nbgrader layout or a flat folder)."""
+    """The submissions under ``root`` (nbgrader layout or a flat folder). A hand-in that is a
+    link or not a regular file, and two hand-ins that map to the same student and assignment,
+    come back refused (``Item.refused`` says why, naming the files): graded by nobody, and
+    listed for a look."""
     root = Path(root)
     known = _known_assignments()
-    if (root / "submitted").is_dir():
+    if (root / "submitted").is_dir() and not (root / "submitted").is_symlink():
         root = root / "submitted"
     items: list[Item] = []
     flat = [p for p in sorted(root.iterdir())
-            if p.is_file() and p.suffix in SUFFIXES and not p.name.startswith(".")]
+            if p.suffix in SUFFIXES and not p.name.startswith(".")
+            and (p.is_symlink() or p.is_file())]
     for p in flat:
         a = _assignment_in(p.stem, known)
         student = p.stem
         if a:
             student = re.sub(r"[_\-. ]+$|^[_\-. ]+", "", p.stem.replace(a, "")) or p.stem
-        items.append(Item(student, a, p))
-    for sdir in sorted(d for d in root.iterdir() if d.is_dir() and not d.name.startswith(".")):
-        for adir in sorted(d for d in sdir.iterdir() if d.is_dir() and not d.name.startswith(".")):
-            if adir.name.startswith(".") or adir.name == ".ipynb_checkpoints":
+        items.append(Item(student, a, p, refused=regular(p)))
+    for sdir in sorted(d for d in root.iterdir() if not d.name.startswith(".")):
+        if not sdir.is_dir():
+            continue
+        if sdir.is_symlink():
+            items.append(Item(sdir.name, None, sdir, refused=f"the folder {sdir.name} is a link: "
+                              "grade-all reads no links"))
+            continue
+        for adir in sorted(d for d in sdir.iterdir() if not d.name.startswith(".")):
+            if not adir.is_dir() or adir.name == ".ipynb_checkpoints":
+                continue
+            a = adir.name if adir.name in known else _assignment_in(adir.name, known)
+            if adir.is_symlink():
+                items.append(Item(sdir.name, a, adir, refused=f"the folder {sdir.name}/"
+                                  f"{adir.name} is a link: grade-all reads no links"))
                 continue
             nb = _pick_notebook(adir, adir.name)
             if nb is None:
                 continue
-            a = adir.name if adir.name in known else _assignment_in(adir.name, known)
-            items.append(Item(sdir.name, a, nb, own_folder=True))
-    return items
+            items.append(Item(sdir.name, a, nb, own_folder=True, refused=regular(nb)))
+    return _refuse_clashes(items)
+
+
+def _refuse_clashes(items: list[Item]) -> list[Item]:
+    """Two hand-ins that would be one student's report for one assignment (the same names, or
+    names that are the same once made safe for a file name) are both refused, naming both."""
+    groups: dict[tuple, list[Item]] = {}
+    for it in items:
+        groups.setdefault((_slug(it.student), _slug(it.assignment or it.path.stem)), []).append(it)
+    out = []
+    for it in items:
+        same = groups[(_slug(it.student), _slug(it.assignment or it.path.stem))]
+        if len(same) > 1:
+            names = ", ".join(str(o.path) for o in same)
+            it = dataclasses.replace(it, refused=f"two hand-ins map to student {it.student!r}, "
+                                     f"{it.assignment or it.path.stem}: {names}; rename or "
+                                     "remove one")
+        out.append(it)
+    return out
 
 
 def fingerprint(item: Item, opts) -> str:
+    """What a report was made from: the hand-in's bytes (and its own folder's regular files),
+    the grader and the options. Reads regular files only, capped, without following links."""
     h = hashlib.sha256()
-    h.update(item.path.read_bytes())
+    h.update(read_capped(item.path))
     if item.own_folder:  # helper files beside the notebook are graded with it
-        for p in sorted(item.path.parent.rglob("*")):
-            if p.is_file() and not any(x.startswith(".") for x in p.relative_to(
-                    item.path.parent).parts):
-                h.update(str(p.relative_to(item.path.parent)).encode())
-                h.update(p.read_bytes())
+        for p in own_files(item.path.parent):
+            h.update(str(p.relative_to(item.path.parent)).encode())
+            h.update(read_capped(p))
     h.update(json.dumps([GRADER_VERSION, grader_hash(), item.assignment, opts.quick, opts.seed,
                          opts.with_speed, opts.isolation, opts.only], sort_keys=True).encode())
     return h.hexdigest()
@@ -226,6 +263,8 @@ def grade_one(item: Item, opts, reports: Path, key: bytes, *, force: bool = Fals
     by every submission of the run, so that identical programs are graded once."""
     from ..supervisor.supervise import grade_submission
 
+    if item.refused:
+        return _not_graded(item, f"refused: {item.refused}")
     fp = fingerprint(item, opts)
     if not force:
         old = _reuse(item, fp, reports, key)
@@ -269,6 +308,14 @@ def merge_regrade(old: dict, new: dict) -> dict:
     return out
 
 
+def _cell(value):
+    """A CSV cell a spreadsheet shows as text: a string that would start a formula (``=``,
+    ``+``, ``-``, ``@``, a tab or a carriage return first) is led by an apostrophe."""
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        return "'" + value
+    return value
+
+
 def write_outputs(outcomes: list[Outcome], csv_path: Path, reports: Path) -> None:
     from ..course import registry
 
@@ -289,7 +336,7 @@ def write_outputs(outcomes: list[Outcome], csv_path: Path, reports: Path) -> Non
         for o in rows:
             fs = o.report.get("functions", {})
             # a function the grader failed on has no grade: its cell says so, never a 0
-            w.writerow([o.item.student, o.report.get("assignment") or ""]
+            w.writerow([_cell(o.item.student), _cell(o.report.get("assignment") or "")]
                        + [(REGRADE if fs[n].get("needs_regrade") else fs[n]["score"])
                           if n in fs else "" for n in fnames]
                        + [o.report.get("score", 0), o.report.get("max_score", 0),
@@ -390,6 +437,9 @@ def _grade_on_cluster(items: list[Item], opts, reports: Path, key: bytes, schedu
     todo: list[Item] = []
     fps: dict[Item, str] = {}
     for it in items:
+        if it.refused:
+            record(_not_graded(it, f"refused: {it.refused}"))
+            continue
         fps[it] = fingerprint(it, opts)
         old = None if force else _reuse(it, fps[it], reports, key)
         if old is not None and not old.report.get("needs_regrade"):

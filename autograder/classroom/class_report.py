@@ -252,6 +252,8 @@ def look_section(hand_ins: list[HandIn]) -> str:
             why.append(f"not graded: {h.error}")
         if not h.isolated:
             why.append("graded without isolation")
+        if not h.functions and not h.error:
+            why.append("no graded function was found: its assignment could not be told")
         for fn, res in h.functions.items():
             if res.get("needs_regrade"):
                 why.append(f"{fn}: needs regrade (the grader failed, not the student): "

@@ -62,6 +62,22 @@ def source_chunks(path: Path) -> list[tuple[str, str]]:
     return [(path.name, text)]
 
 
+def written_names(path: Path) -> set[str]:
+    """The names a submission binds at its top level by a definition (``def``, ``class``, an
+    import, a plain assignment), read from its source without running any of it; a cell that
+    does not parse binds nothing. ValueError: not a notebook or source file at all."""
+    names: set[str] = set()
+    for _, code in source_chunks(Path(path)):
+        try:
+            tree = ast.parse(code)
+        except SyntaxError:
+            continue
+        for node in tree.body:
+            if isinstance(node, _KEEP) or _is_plain_assign(node):
+                names |= _defines(node)
+    return names
+
+
 def _is_plain_assign(node: ast.stmt) -> bool:
     if isinstance(node, ast.Assign):
         return all(isinstance(t, (ast.Name, ast.Tuple)) for t in node.targets)

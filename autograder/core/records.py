@@ -119,6 +119,11 @@ class Loading(Record):
     stmt: int
     where: str
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "Loading":
+        _expect_keys(d, cls, extra=("type",))
+        return cls(_int(d["stmt"], "stmt"), _capped(_str(d["where"]), 200))
+
 
 @dataclass(frozen=True)
 class Loaded(Record):
@@ -154,7 +159,7 @@ class ExportReply(Record):
         _expect_keys(d, cls, extra=("type",))
         art, err = d.get("artifact"), d.get("error")
         return cls(_int(d["id"], "id"), None if art is None else _str(art),
-                   None if err is None else _str(err)[:4000])
+                   None if err is None else _capped(_str(err), 4000))
 
     @classmethod
     def of(cls, rid: int, data: Optional[bytes] = None, error: Optional[str] = None):
@@ -180,6 +185,14 @@ class Plan(Record):
     notes: list = field(default_factory=list)
     #: statements of the submission skipped because they hung or crashed the worker
     skip: list = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Plan":
+        _expect_keys(d, cls, extra=("type",))
+        asg = d.get("assignment")
+        return cls(None if asg is None else _capped(_str(asg), 100),
+                   _strs(d.get("functions", []), 100, 100), _strs(d.get("notes", []), 60, 1000),
+                   [_int(v, "skip") for v in d.get("skip", [])][:1000])
 
 
 @dataclass(frozen=True)
@@ -222,6 +235,16 @@ class Result(Record):
     #: the verdict of an identical program graded earlier in this run (see autograder.judge.reuse)
     reused: bool = False
     regrade: Optional[str] = None
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Result":
+        _expect_keys(d, cls, extra=("type",))
+        checks = d.get("checks", [])
+        if not isinstance(checks, list) or not all(isinstance(c, dict) for c in checks):
+            raise RecordError("checks: expected a list of objects")
+        regrade = d.get("regrade")
+        return cls(_capped(_str(d["function"]), 100), checks[:10], bool(d.get("reused", False)),
+                   None if regrade is None else _capped(_str(regrade), 2000))
 
 
 @dataclass(frozen=True)
@@ -290,11 +313,23 @@ def _int(v: Any, what: str) -> int:
     return v
 
 
+#: how a string cut to its cap ends, so nobody mistakes it for the whole
+CUT = " [...cut]"
+
+
+def _capped(s: str, longest: int) -> str:
+    """``s``, or its first characters and :data:`CUT` when it is longer than ``longest``."""
+    return s if len(s) <= longest else s[:max(0, longest - len(CUT))] + CUT
+
+
 def _strs(v: Any, most: int, longest: int) -> list:
-    """A list of at most ``most`` strings, each cut to ``longest`` characters."""
+    """A list of at most ``most`` strings, each cut to ``longest`` characters (and marked)."""
     if not isinstance(v, list) or not all(isinstance(s, str) for s in v):
         raise RecordError("expected a list of strings")
-    return [s[:longest] for s in v[:most]]
+    out = [_capped(s, longest) for s in v[:most]]
+    if len(v) > most:
+        out[-1] = f"... and {len(v) - most + 1} more"
+    return out
 
 
 def _str(v: Any) -> str:

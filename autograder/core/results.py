@@ -5,6 +5,9 @@ from dataclasses import asdict, dataclass, field
 
 CHECK_NAMES = ("numerics", "sharding", "structure", "memory", "speed")
 
+#: the longest message a check result keeps when it is read back (longer ones are cut, marked)
+MAX_MESSAGE = 8000
+
 
 @dataclass
 class CheckResult:
@@ -39,7 +42,10 @@ class CheckResult:
         if not isinstance(d, dict) or not {"name", "passed", "message"} <= set(d) <= {
                 "name", "passed", "message", "skipped"}:
             raise ValueError(f"not a check result: {d!r}"[:200])
-        return cls(str(d["name"]), bool(d["passed"]), str(d["message"]),
+        message = str(d["message"])
+        if len(message) > MAX_MESSAGE:
+            message = message[:MAX_MESSAGE - 10] + " [...cut]"
+        return cls(str(d["name"])[:40], bool(d["passed"]), message,
                    skipped=bool(d.get("skipped", False)))
 
 

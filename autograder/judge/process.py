@@ -21,9 +21,13 @@ from pathlib import Path
 _T0 = time.perf_counter()
 
 
-def choose_problems(assignment: str | None, defined: list[str], path: Path):
-    """The assignment and its problems: as given, or read from the file's name, or from the
-    functions it defines."""
+def choose_problems(assignment: str | None, path: Path):
+    """The assignment and the problems to grade, decided on this side: as given, or read from
+    the hand-in's name (its file or its folder), or from the graded functions its source
+    defines, read without running it (never from what the worker says it loaded). A file
+    defining functions of several assignments is graded on each of them (the assignment is then
+    None); one defining none of them has nothing to grade."""
+    from ..core.loader import written_names
     from ..course import registry
 
     if assignment:
@@ -31,12 +35,15 @@ def choose_problems(assignment: str | None, defined: list[str], path: Path):
     for a in registry.assignments():
         if a in path.stem or a in path.parent.name:
             return a, registry.problems(a)
+    try:
+        written = written_names(path)
+    except (OSError, ValueError):
+        written = set()
     hit = [a for a in registry.assignments()
-           if any(p.name in defined for p in registry.problems(a))]
+           if any(p.name in written for p in registry.problems(a))]
     if len(hit) == 1:
         return hit[0], registry.problems(hit[0])
-    chosen = hit or registry.assignments()
-    return None, [p for a in chosen for p in registry.problems(a)]
+    return None, [p for a in hit for p in registry.problems(a)]
 
 
 def enable_cache(cache_dir: str | None) -> None:
@@ -100,11 +107,15 @@ def run(a, send, exporter) -> None:
     with phase("wait for the worker to load the submission"):
         exporter.start()
     try:
-        assignment, probs = choose_problems(a.assignment, exporter.defined, work)
+        assignment, probs = choose_problems(a.assignment, work)
         if a.only:
             only = set(a.only.split(","))
             probs = [p for p in probs if p.name in only]
-        send(Plan(assignment, [p.name for p in probs], list(exporter.notes), exporter.skip))
+        notes = list(exporter.notes)
+        if not probs and not a.assignment:
+            notes.append("no graded function of any assignment is defined in this file, so its "
+                         "assignment cannot be told: nothing was graded")
+        send(Plan(assignment, [p.name for p in probs], notes, exporter.skip))
         plans, base = [], 0
         for p in probs:
             plans.append(grading.plan_for(p, seed=a.seed, quick=a.quick,

@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 import resource
 import select
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -33,6 +32,7 @@ from ..core.clock import CLOCK, Deadline
 from ..core.records import Done, Owner, Plan, RecordError, Restart, Result, Start, parse
 from ..core.results import CheckResult, FunctionResult, SubmissionResult, skipped
 from ..isolation.processes import die_with_parent
+from .handin import MAX_HANDIN, own_files, read_capped
 from .options import Limits, Options, cache_for, check_options
 
 
@@ -183,22 +183,16 @@ def _run_grader(sub: Path, work: Path, opts: Options, *, only: Optional[list[str
     return run
 
 
-def copy_student_folder(src: Path, dest: Path, limit: int = 64 << 20) -> None:
-    """The student's folder (their own files only), up to ``limit`` bytes in all."""
+def copy_student_folder(src: Path, dest: Path, limit: int = MAX_HANDIN) -> None:
+    """The student's folder (their own regular files only, no link followed), up to ``limit``
+    bytes in all."""
     dest.mkdir(parents=True, exist_ok=True)
-    total = 0
-    if not src.is_dir():
+    if not src.is_dir() or src.is_symlink():
         return
-    for p in sorted(src.rglob("*")):
-        if not p.is_file() or p.is_symlink() or any(part.startswith(".")
-                                                     for part in p.relative_to(src).parts):
-            continue
-        total += p.stat().st_size
-        if total > limit:
-            break
+    for p in own_files(src, limit):
         target = dest / p.relative_to(src)
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(p, target)
+        target.write_bytes(read_capped(p))
     for d in [dest, *dest.rglob("*")]:
         d.chmod(0o755 if d.is_dir() else 0o644)
 
@@ -272,7 +266,7 @@ def grade_submission(submission: Path, opts: Optional[Options] = None, *,
         sub = subdir / submission.name
         if opts.folder:
             copy_student_folder(submission.parent, subdir)
-        shutil.copyfile(submission, sub)
+        sub.write_bytes(read_capped(submission))
         os.chmod(sub, 0o644)
         for d in (work / "sub", subdir):
             os.chmod(d, 0o755)
