@@ -20,11 +20,11 @@ import ast
 import json
 import re
 import symtable
-import time
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .clock import CLOCK
 from .errors import GradingTimeout, describe_error, time_limit
 
 _MAGIC = re.compile(r"^\s*[%!]")
@@ -60,6 +60,22 @@ def source_chunks(path: Path) -> list[tuple[str, str]]:
             chunks.append((f"cell {i + 1}", "\n".join(lines)))
         return chunks
     return [(path.name, text)]
+
+
+def written_names(path: Path) -> set[str]:
+    """The names a submission binds at its top level by a definition (``def``, ``class``, an
+    import, a plain assignment), read from its source without running any of it; a cell that
+    does not parse binds nothing. ValueError: not a notebook or source file at all."""
+    names: set[str] = set()
+    for _, code in source_chunks(Path(path)):
+        try:
+            tree = ast.parse(code)
+        except SyntaxError:
+            continue
+        for node in tree.body:
+            if isinstance(node, _KEEP) or _is_plain_assign(node):
+                names |= _defines(node)
+    return names
 
 
 def _is_plain_assign(node: ast.stmt) -> bool:
@@ -199,7 +215,7 @@ def load(path: str | Path, *, statement_timeout: float = 20.0, total_timeout: fl
     ns = mod.__dict__
     if builtins_dict is not None:
         ns["__builtins__"] = builtins_dict
-    deadline = time.monotonic() + total_timeout
+    deadline = CLOCK.deadline(total_timeout)
     statements = _kept_statements(chunks, notes, keep_names)
     relevance = _Relevance(statements, keep_names)
     for index, (label, node) in enumerate(statements):
@@ -208,7 +224,7 @@ def load(path: str | Path, *, statement_timeout: float = 20.0, total_timeout: fl
             continue
         if on_statement is not None:
             on_statement(index, where)
-        left = deadline - time.monotonic()
+        left = deadline.left()
         if left <= 0:
             notes.append(f"loading stopped: the submission's definitions took over "
                          f"{total_timeout:g} s")

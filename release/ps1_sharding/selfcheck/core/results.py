@@ -5,6 +5,9 @@ from dataclasses import asdict, dataclass, field
 
 CHECK_NAMES = ("numerics", "sharding", "structure", "memory", "speed")
 
+#: the longest message a check result keeps when it is read back (longer ones are cut, marked)
+MAX_MESSAGE = 8000
+
 
 @dataclass
 class CheckResult:
@@ -39,7 +42,10 @@ class CheckResult:
         if not isinstance(d, dict) or not {"name", "passed", "message"} <= set(d) <= {
                 "name", "passed", "message", "skipped"}:
             raise ValueError(f"not a check result: {d!r}"[:200])
-        return cls(str(d["name"]), bool(d["passed"]), str(d["message"]),
+        message = str(d["message"])
+        if len(message) > MAX_MESSAGE:
+            message = message[:MAX_MESSAGE - 10] + " [...cut]"
+        return cls(str(d["name"])[:40], bool(d["passed"]), message,
                    skipped=bool(d.get("skipped", False)))
 
 
@@ -61,6 +67,10 @@ REUSED_NOTE = ("  (its programs are identical to ones already graded in this run
                "inputs: that verdict is reused)")
 
 
+#: how a report says a function was not judged because the grader failed on it
+REGRADE = "needs regrade"
+
+
 @dataclass
 class FunctionResult:
     name: str
@@ -69,10 +79,17 @@ class FunctionResult:
     weights: dict[str, float] = field(default_factory=dict)
     #: the verdict of an identical program graded earlier in the same run, reused
     reused: bool = False
+    #: why the grader could not judge this function (its own fault, never the student's): the
+    #: function has no verdict and no score, and must be graded again
+    regrade: str | None = None
 
     @property
     def score(self) -> float:
-        """Points earned: nothing unless the numbers are right, then a weighted share."""
+        """Points earned: nothing unless the numbers are right, then a weighted share (a
+        function that needs a regrade has not earned or lost anything yet: 0 here, and every
+        report says it is not a verdict)."""
+        if self.regrade:
+            return 0.0
         by_name = {c.name: c for c in self.checks}
         if not by_name.get("numerics", CheckResult("numerics", False)).passed:
             return 0.0
@@ -90,9 +107,14 @@ class FunctionResult:
         }
         if self.reused:
             d["reused"] = True
+        if self.regrade:
+            d["needs_regrade"] = self.regrade
         return d
 
     def report(self) -> str:
+        if self.regrade:
+            return (f"{self.name}: {REGRADE} (not a grade: the grader failed here, not your "
+                    f"code; it will be graded again)\n  {self.regrade}")
         lines = [f"{self.name}: {self.score:g} / {self.max_score:g}"
                  + (REUSED_NOTE if self.reused else "")]
         for c in self.checks:
@@ -117,6 +139,11 @@ class SubmissionResult:
     def max_score(self) -> float:
         return round(sum(f.max_score for f in self.functions.values()), 4)
 
+    @property
+    def regrade(self) -> list[str]:
+        """The functions the grader failed on (to be graded again)."""
+        return [n for n, f in self.functions.items() if f.regrade]
+
     def to_dict(self) -> dict:
         d = {
             "score": self.score,
@@ -127,11 +154,16 @@ class SubmissionResult:
             d = {"assignment": self.assignment, **d}
         if self.notes:
             d["notes"] = list(self.notes)
+        if self.regrade:
+            d["needs_regrade"] = self.regrade
         d["isolated"] = self.isolated
         return d
 
     def report(self) -> str:
         head = f"{self.assignment or 'submission'}: {self.score:g} / {self.max_score:g}"
+        if self.regrade:
+            head += (f" so far; {len(self.regrade)} function(s) {REGRADE} (the grader's fault, "
+                     "not a grade)")
         parts = [head] + [f"note: {n}" for n in self.notes]
         parts += [f.report() for f in self.functions.values()]
         return "\n".join(parts)

@@ -36,22 +36,41 @@ class GradingTimeout(Exception):
     """Raised inside student code that runs past its time limit."""
 
 
+#: how many time limits have run out in this process: work interrupted by one (a compile, a
+#: program still running on XLA's threads) may go on behind it, so a process that counts any
+#: is not fit to grade more (the judge stops and the supervisor starts a fresh one)
+EXPIRED = 0
+
+#: how often a running limit looks at the (effective) clock
+_TICK_S = 0.25
+
+
 @contextmanager
 def time_limit(seconds: float | None):
-    """Raise :class:`GradingTimeout` in this (main) thread after ``seconds``.
+    """Raise :class:`GradingTimeout` in this (main) thread after ``seconds`` of effective time
+    (:mod:`autograder.core.clock`: wall-clock time on an idle machine, stretched on a busy one).
 
-    Interrupts Python-level hangs (a ``while True``, a ``time.sleep``). Off the main thread it
-    is a no-op; the process-level limits of the batch grader cover that case.
+    Interrupts Python-level hangs (a ``while True``, a ``time.sleep``) and waits that return to
+    Python (a Future, ``block_until_ready``). Off the main thread it is a no-op; the
+    process-level limits of the supervisor cover that case.
     """
     if not seconds or threading.current_thread() is not threading.main_thread():
         yield
         return
+    from .clock import CLOCK
 
-    def _raise(signum, frame):
-        raise GradingTimeout(f"timed out after {seconds:g} s")
+    deadline = CLOCK.deadline(seconds)
 
-    old = signal.signal(signal.SIGALRM, _raise)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    def _tick(signum, frame):
+        global EXPIRED
+        if deadline.expired():
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            EXPIRED += 1
+            raise GradingTimeout(f"timed out after {seconds:g} s")
+
+    old = signal.signal(signal.SIGALRM, _tick)
+    first = min(seconds, _TICK_S)
+    signal.setitimer(signal.ITIMER_REAL, first, _TICK_S)
     try:
         yield
     finally:
