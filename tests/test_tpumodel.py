@@ -426,11 +426,12 @@ def test_grading_modeler_and_fallback(mesh):
     d = tpumodel.grading_modeler(prob, data_loop, mesh, [a, w])
     assert d["ratio"] > 2.5, d
 
-    # given only the partitioned texts and no way to pin, it says so and falls back
+    # given only the partitioned texts and no way to pin, it says it cannot price the program
+    # (the speed check then fails; it never falls back to a laxer basis)
     lowered = jax.jit(functools.partial(data_loop, mesh=mesh)).lower(a, w)
     _, text = compile_partitioned(lowered)
     d = tpumodel.grading_modeler(prob, data_loop, mesh, [a, w], texts=(text, text))
-    assert "ratio" not in d and "wall-clock" in d["note"]
+    assert set(d) == {"unreadable"} and "array data" in d["unreadable"], d
 
 
 def test_speed_check_uses_model(mesh):

@@ -15,17 +15,15 @@ import numpy as np
 DEFAULT_WEIGHTS = {"numerics": 0.5, "sharding": 0.15, "structure": 0.2, "memory": 0.1, "speed": 0.15}
 
 
-#: Speed thresholds (student time / jit baseline time) per platform; a Problem's
-#: ``speed_threshold`` may override any of them by the same key, and "tpu_model" falls back to the
-#: problem's "tpu" limit. Defaults (README, "The speed check", has the measurements):
-#: "tpu_model" 1.3, the modeled TPU (autograder.tpumodel, deterministic): where jit's program is
-#: the answer (ps1) the references model at 1.00, and the cheapest wrong program measured (rolling
-#: the gathered global array) at 1.55. "tpu" 1.3: wall-clock on a real TPU, the same bar with
-#: room for timing noise. "gpu" 3.0 and "cpu" 8.0: wall-clock on hardware the course is not
-#: about (emulated CPU devices time a TPU program badly), used only where the model cannot read
-#: the program (a branch that depends on the data; loops that do are counted, see
-#: autograder.tpumodel.loops); they only catch blow-ups.
-SPEED_THRESHOLDS = {"tpu": 1.3, "gpu": 3.0, "cpu": 8.0, "tpu_model": 1.3}
+#: Speed thresholds (student time / jit baseline time); a Problem's ``speed_threshold`` may
+#: override either by the same key, and "tpu_model" falls back to the problem's "tpu" limit.
+#: Defaults (README, "The speed check", has the measurements): "tpu_model" 1.3, the modeled TPU
+#: (autograder.tpumodel, deterministic), which decides everywhere but on a real TPU: where jit's
+#: program is the answer (ps1) the references model at 1.00, and the cheapest wrong program
+#: measured (rolling the gathered global array) at 1.55. "tpu" 1.3: wall-clock on a real TPU, the
+#: same bar with room for timing noise. There is no wall-clock limit for CPU or GPU: emulated
+#: devices time a TPU program badly, and a program the model cannot price fails the check.
+SPEED_THRESHOLDS = {"tpu": 1.3, "tpu_model": 1.3}
 
 
 @dataclass(frozen=True)
@@ -104,7 +102,10 @@ class Problem:
         problem's TPU limit unless the problem sets one of its own."""
         if platform == "tpu_model" and "tpu_model" not in self.speed_threshold:
             return self.speed_threshold.get("tpu", SPEED_THRESHOLDS["tpu_model"])
-        return self.speed_threshold.get(platform, SPEED_THRESHOLDS.get(platform, 8.0))
+        if platform not in SPEED_THRESHOLDS:
+            raise KeyError(f"no speed limit for {platform!r}: speed is judged by wall-clock on a "
+                           "TPU, by the TPU model anywhere else")
+        return self.speed_threshold.get(platform, SPEED_THRESHOLDS[platform])
 
     @property
     def check_names(self) -> tuple[str, ...]:

@@ -158,9 +158,8 @@ def speed_line(problem: Problem, chip: str | None = None) -> str:
     doc = " ".join((problem.baseline.__doc__ or "").split())
     what = f" ({doc})" if doc else ""
     return (f"your time over the plain `jax.jit` baseline's{what}{where} with "
-            f"{_shapes(problem, case)}: {limit}. (A program the model cannot read, such as a "
-            f"branch on the data, is timed on the wall clock instead: at most "
-            f"{problem.threshold('cpu'):g} on CPU, {problem.threshold('gpu'):g} on GPU.)")
+            f"{_shapes(problem, case)}: {limit}. (The model prices what the program does: a "
+            "branch on the data as if every branch ran; a program it cannot price fails.)")
 
 
 _LINES = {"numerics": numerics_line, "sharding": sharding_line, "structure": structure_line,

@@ -684,9 +684,14 @@ def _speed_check(programs: Programs, modeler) -> CheckResult:
                 with phase("speed: model"), grader_work("the TPU model"):
                     modeled = modeler(problem, None, mesh, args, program=True,
                                       texts=(st_text, base_text), pinned=pinned) or {}
-            # Wall-clock is timed only where it decides: a real accelerator, or a program the
-            # model cannot read. Where the model decides, timing emulated devices adds nothing.
-            rounds = 0 if "ratio" in modeled else MEASURED_ROUNDS
+            if "unreadable" in modeled:
+                return failed("speed", "the TPU model cannot price this program: "
+                              f"{modeled['unreadable']}. Speed is judged by the model alone "
+                              "off a TPU, so this check fails; write the program with the "
+                              "shard_map, collectives and loops the exercise asks for")
+            # Wall-clock is timed only where it decides: a real accelerator (no modeler).
+            # Where the model decides, timing emulated devices adds nothing.
+            rounds = 0 if modeler is not None else MEASURED_ROUNDS
             s = b = ratio = float("nan")
             if rounds:
                 with phase("speed: compile"), grader_work("compiling the jit baseline"):
@@ -700,14 +705,12 @@ def _speed_check(programs: Programs, modeler) -> CheckResult:
             raise
         return failed("speed", f"could not time it: {_short_error(e)}")
     modeled = dict(modeled or {})
-    note = modeled.pop("note", None) if "ratio" not in modeled else None
+    if modeler is not None and "ratio" not in modeled:
+        raise GraderFault("the TPU model returned no verdict for the speed check")
     t = checks.Timing(student_us=s * 1e6, baseline_us=b * 1e6, ratio=ratio, rounds=rounds,
                       platform=current_platform(), modeled=modeled if "ratio" in modeled else {})
     with grader_work("the speed check"):
-        res = checks.speed(problem, t)
-    if note:
-        res.message += f" (note: {note})"
-    return res
+        return checks.speed(problem, t)
 
 
 #: interleaved timing rounds when wall-clock is the speed basis
