@@ -207,17 +207,33 @@ def _while_ring_allgather(A, W, mesh, *, dynamic_bound):
                          out_specs=P("X", "Y"), check_vma=False)(A, W)
 
 
-def test_while_loop_trip_counts_are_read_or_judged_per_iteration():
+def test_while_loop_trip_counts_are_read_or_measured_never_guessed():
     known = functools.partial(_while_ring_allgather, dynamic_bound=False)
     prog, mesh, p = _trace(known, (2, 4), "matmul_allgather")
     assert {o.count for o in prog.ops if o.prim in ("ppermute", "dot_general")} == {4}
     assert p.rules[0](prog, mesh, p).passed
 
+    # a bound the jaxpr cannot read: read symbolically, the rule refuses to pass on it ...
     unknown = functools.partial(_while_ring_allgather, dynamic_bound=True)
     prog, mesh, p = _trace(unknown, (2, 4), "matmul_allgather")
     assert any(o.count is None for o in prog.ops if o.prim == "ppermute")
     res = p.rules[0](prog, mesh, p)
-    assert res.passed and "per iteration" in res.message
+    assert not res.passed and "a known number of steps" in res.message
+    # ... and read as the grader and the self-check read it (counted on a run), it passes
+    import jax
+    from jax.sharding import NamedSharding
+
+    from autograder.course.reading import export_for_reading, read_paths
+
+    args = p.case(np.random.default_rng(0), 2, 4, "small").args
+    placed = [jax.device_put(a, NamedSharding(mesh, s)) for a, s in zip(args, p.in_specs)]
+    f = functools.partial(unknown, mesh=mesh)
+    exported, dynamic = export_for_reading(f, placed)
+    paths = read_paths(exported, mesh, "", dynamic, args)
+    assert paths.error is None and len(paths.programs) == 1
+    measured = paths.programs[0][1]
+    assert {o.count for o in measured.ops if o.prim in ("ppermute", "dot_general")} == {4}
+    assert p.rules[0](measured, mesh, p).passed
 
 
 def test_while_trip_count_forms():

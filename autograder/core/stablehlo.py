@@ -7,14 +7,23 @@ every structure rule works unchanged. The walk starts at ``@main`` and follows `
 shard_map bodies (``sdy.manual_computation``, or GSPMD's ``@SPMDFullToShardShape`` custom calls).
 Collectives name devices by logical mesh index (row-major over ``mesh_shape``), or (newer JAX)
 name the axes of a mesh the module declares (``#stablehlo.replica_group_mesh_axes``); either way
-they are turned into device groups and mapped back to mesh axes the same way. Unlike the jaxpr: an unrolled scan is straight-line code; a collective over size-1
-axes may vanish, as does a zero-trip loop; ``ragged_dot`` becomes ``dot_general``; and
-``shard_map_check_vma`` is unknown.
+they are turned into device groups and mapped back to mesh axes the same way. Unlike the jaxpr:
+an unrolled scan is straight-line code; a collective over size-1 axes may vanish, as does a
+zero-trip loop; ``ragged_dot`` becomes ``dot_general``; and ``shard_map_check_vma`` is unknown.
+
+How often each op runs is *measured* where the grader can: given the :class:`RunCounts` of one
+device (what a run of the same program on the grading input counted, see
+:func:`autograder.tpumodel.loops.device_counts`), a loop's body runs as often as it did, and each
+branch of a conditional as often as it was taken (a branch never taken runs 0 times). Without
+counts, a loop's trip count is read symbolically where the program makes it plain (a counter
+from a constant to a constant by a constant step, integers only) and is unknown (None) otherwise,
+and every branch is walked as if it ran.
 """
 from __future__ import annotations
 
 import itertools
 import re
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -57,15 +66,57 @@ _DEVICE_IDS = re.compile(r"device_ids\s*=\s*\[([\d,\s]*)\]")
 
 Tensor = tuple[tuple[int, ...], int, np.dtype]  # shape, bytes, dtype
 
+#: the discardable attribute that numbers a module's loops and conditionals while it is walked
+NUMBER = "autograder.n"
+
+
+@dataclass(frozen=True)
+class RunCounts:
+    """What one run of a program counted on one device. Loops and conditionals are numbered in
+    the order :func:`control_flow_ops` finds them; ``trips[i]``: loop i's iterations summed over
+    all its entries, ``entries[i]``: how many times it was entered; ``branches[j]``: how many
+    times each branch of conditional j ran."""
+
+    trips: dict = field(default_factory=dict)
+    entries: dict = field(default_factory=dict)
+    branches: dict = field(default_factory=dict)
+
+    def key(self) -> tuple:
+        return (tuple(sorted(self.trips.items())), tuple(sorted(self.entries.items())),
+                tuple(sorted((k, tuple(v)) for k, v in self.branches.items())))
+
+
+def control_flow_ops(root) -> tuple[list, list]:
+    """(loops, conditionals) of a module or op, each in pre-order: the numbering that
+    :class:`RunCounts` and the counting program share."""
+    loops, conds = [], []
+
+    def visit(op):
+        if op.name == "stablehlo.while":
+            loops.append(op.operation)
+        elif op.name in ("stablehlo.case", "stablehlo.if"):
+            conds.append(op.operation)
+        return ir.WalkResult.ADVANCE
+
+    root.operation.walk(visit, ir.WalkOrder.PRE_ORDER)
+    return loops, conds
+
+
+def has_control_flow(text: str) -> bool:
+    """Whether a StableHLO module holds a loop or a conditional (whose counts a run tells)."""
+    return any(w in text for w in ("stablehlo.while", "stablehlo.case", "stablehlo.if"))
+
 
 def program_from_exported(exported, axis_names: tuple[str, ...] = ("X", "Y"),
                           mesh_shape: tuple[int, ...] | None = None,
-                          compiled_text: str = "") -> Program:
+                          compiled_text: str = "", counts: RunCounts | None = None) -> Program:
     """The :class:`Program` of a ``jax.export.Exported`` (e.g. from ``jax.export.deserialize``).
 
     Argument and result info come from ``exported.in_avals``/``out_avals``: the module itself
-    may have dropped unused arguments."""
-    prog = program_from_mlir(exported.mlir_module(), mesh_shape, tuple(axis_names), compiled_text)
+    may have dropped unused arguments. ``counts``: what a run counted on one device (see the
+    module doc)."""
+    prog = program_from_mlir(exported.mlir_module(), mesh_shape, tuple(axis_names), compiled_text,
+                             counts)
     def info(avals) -> tuple:
         return tuple((tuple(a.shape), np.dtype(a.dtype).itemsize) for a in avals)
 
@@ -75,7 +126,8 @@ def program_from_exported(exported, axis_names: tuple[str, ...] = ("X", "Y"),
 
 
 def program_from_mlir(text: str, mesh_shape: tuple[int, ...] | None,
-                      axis_names: tuple[str, ...], compiled_text: str = "") -> Program:
+                      axis_names: tuple[str, ...], compiled_text: str = "",
+                      counts: RunCounts | None = None) -> Program:
     """The :class:`Program` of a StableHLO module given as text (its ``@main`` function).
 
     Without ``mesh_shape`` the axes of every collective are ("?",)."""
@@ -84,7 +136,12 @@ def program_from_mlir(text: str, mesh_shape: tuple[int, ...] | None,
     ctx = mlir.make_ir_context()
     module = ir.Module.parse(text, context=ctx)
     with ctx:
-        walker = _Walker(module, mesh_shape, tuple(axis_names))
+        if counts is not None:
+            i32 = ir.IntegerType.get_signless(32)
+            for ops in control_flow_ops(module):
+                for i, op in enumerate(ops):
+                    op.attributes[NUMBER] = ir.IntegerAttr.get(i32, i)
+        walker = _Walker(module, mesh_shape, tuple(axis_names), counts)
         main = walker.funcs.get("main")
         if main is None:
             raise ValueError("the StableHLO module has no func.func @main")
@@ -168,7 +225,8 @@ def _string(op, name: str) -> str:
 class _Walker:
     """Walks a module's functions into a flat list of :class:`Op` (program order)."""
 
-    def __init__(self, module, mesh_shape, axis_names):
+    def __init__(self, module, mesh_shape, axis_names, counts: RunCounts | None = None):
+        self.counts = counts
         self.funcs = {_string(op.operation, "sym_name"): op.operation
                       for op in module.body.operations if op.operation.name == "func.func"}
         # MLIR element type (as text) -> NumPy dtype, inverting JAX's own table
@@ -216,12 +274,26 @@ class _Walker:
                 self.walk(self.funcs[callee].regions[0].blocks[0], count, depth, inside)
                 self.calls.pop()
             elif name == "stablehlo.while":
-                n = self.trip_count(op)
-                sub = None if count is None or n is None else count * n
+                if self.counts is not None:  # measured: as often per entry as it ran
+                    i = self.number(op)
+                    trips, entries = self.counts.trips.get(i, 0), self.counts.entries.get(i, 0)
+                    sub = None if count is None else (
+                        int(round(count * trips / entries)) if entries else 0)
+                else:
+                    n = self.trip_count(op)
+                    sub = None if count is None or n is None else count * n
                 self.walk(op.regions[1].blocks[0], sub, depth + 1, inside)  # cond not counted
             elif name in ("stablehlo.case", "stablehlo.if"):
-                for region in op.regions:
-                    self.walk(region.blocks[0], count, depth, inside)
+                taken = None
+                if self.counts is not None:
+                    taken = tuple(self.counts.branches.get(self.number(op), ()))
+                    if len(taken) != len(op.regions):
+                        taken = (0,) * len(op.regions)  # never reached
+                for k, region in enumerate(op.regions):
+                    sub = count
+                    if taken is not None and count is not None:
+                        sub = int(round(count * taken[k] / sum(taken))) if sum(taken) else 0
+                    self.walk(region.blocks[0], sub, depth, inside)
             elif name == "sdy.manual_computation":
                 self.uses_shard_map = True
                 self.walk(op.regions[0].blocks[0], count, depth, True)
@@ -312,9 +384,17 @@ class _Walker:
                        for c in (src, dst)) for k in range(len(pairs))]
         return tuple(self.axis_names[a] for a in moved), tuple(dict.fromkeys(local))
 
+    def number(self, op) -> int:
+        """The loop's or conditional's number (see :func:`control_flow_ops`)."""
+        if NUMBER not in op.attributes:
+            raise ValueError(f"a {op.name} the counts do not number")
+        return int(ir.IntegerAttr(op.attributes[NUMBER]).value)
+
     # -- while-loop trip counts -------------------------------------------------------------
     def const(self, v) -> int | None:
-        """The value of a scalar (or splat) integer/float constant, else None."""
+        """The value of a scalar (or splat) integer constant, or of a float constant that holds
+        a whole number, else None (a float counter such as 0.0 < 0.5 is never rounded into a
+        count)."""
         p = _producer(_through(v))
         if p is None or p.name != "stablehlo.constant":
             return None
@@ -323,7 +403,10 @@ class _Walker:
                 or not attr.is_splat:
             return None
         try:
-            return int(attr.get_splat_value().value)
+            value = attr.get_splat_value().value
+            if isinstance(value, float) and not value.is_integer():
+                return None
+            return int(value)
         except (OverflowError, ValueError):  # inf, nan
             return None
 

@@ -474,10 +474,9 @@ def run_case(programs: Programs, layout, case: Case, *, want_program: bool,
                     att.copies_error = copies_disagree(out, mesh, problem.rtol, problem.atol)
             if want_program:
                 art = programs.artifact(layout, case)
-                shape = tuple(int(s) for s in mesh.devices.shape) if problem.uses_mesh else None
-                with phase("read structure"), grader_work("reading the program's structure"):
-                    att.program = program_from_exported(art.exported, mesh_shape=shape,
-                                                        compiled_text=compiled.as_text())
+                with phase("read structure"):
+                    read_structure(att, art.exported, mesh if problem.uses_mesh else None,
+                                   compiled.as_text(), _dynamic(problem, args))
     except ArtifactError as e:
         att.error = str(e)
     except BaseException as e:  # noqa: BLE001
@@ -485,6 +484,24 @@ def run_case(programs: Programs, layout, case: Case, *, want_program: bool,
             raise
         att.error = _short_error(e)
     return att
+
+
+def read_structure(att: checks.Attempt, exported, mesh, compiled_text: str, dynamic) -> None:
+    """Read the program's structure into ``att`` with the reader the self-check uses
+    (:func:`autograder.course.reading.read_paths`): a program with loops or conditionals runs
+    once more, instrumented, on this case's arrays (the student's work), the reading is the
+    grader's."""
+    from ..course.reading import read_paths
+
+    try:
+        with student_work():
+            paths = read_paths(exported, mesh, compiled_text, dynamic, att.case.args)
+    except (GraderFault, GradingTimeout, KeyboardInterrupt):
+        raise
+    except Exception as e:  # noqa: BLE001 - the reader and its instrumented copy are ours
+        raise GraderFault(f"reading the program's structure: {type(e).__name__}: {e}") from e
+    att.programs, att.program_error = paths.programs, paths.error
+    att.program = paths.programs[0][1] if paths.programs else None
 
 
 def gather_attempts(programs: Programs) -> list[checks.Attempt]:

@@ -18,8 +18,13 @@ input, and never from anything the submission says:
    work per iteration, and its trip counts are constants the model can read; XLA compiles it
    and the model costs it like any other program.
 
+The counting program also hands out, for every conditional (``stablehlo.case``/``if``), how many
+times each branch ran. :func:`device_counts` reads all of it per device
+(:class:`~autograder.core.stablehlo.RunCounts`): what the structure rules are told about how
+often each collective and matmul ran, instead of a symbolic reading of the program.
+
 Only ``stablehlo`` and ``sdy`` structure that JAX emits is handled; anything else raises
-:class:`LoopCountError` (the speed check then says so and falls back to wall-clock).
+:class:`LoopCountError` (the speed and structure checks then fail and say why).
 """
 from __future__ import annotations
 
@@ -29,6 +34,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..core.stablehlo import RunCounts, control_flow_ops
 from .hlo import ModelError
 
 try:
@@ -39,8 +45,10 @@ try:
 except Exception as e:  # noqa: BLE001  # reported when used, never silently
     _BINDINGS_ERROR = e
 
-#: the discardable attribute that numbers the loops of a module while it is rewritten
+#: the discardable attributes that number the loops and the conditionals of a module while it
+#: is rewritten
 MARK = "autograder.loop"
+CASE_MARK = "autograder.case"
 
 
 class LoopCountError(ModelError):
@@ -50,10 +58,14 @@ class LoopCountError(ModelError):
 @dataclasses.dataclass(frozen=True)
 class Tag:
     """What one extra result of a counting program holds: loop ``loop``'s iterations summed
-    over its entries (``kind='trips'``), or how many times it was entered (``'entries'``)."""
+    over its entries (``kind='trips'``), how many times it was entered (``'entries'``), or how
+    many times branch ``branch`` of conditional ``loop`` ran (``'branch'``). ``manual``: the
+    mesh axes of the shard_map it came out of (one entry per device along them), if any."""
 
     loop: int
     kind: str
+    branch: int = 0
+    manual: tuple = ()
 
 
 # -- small MLIR helpers ------------------------------------------------------------------------
@@ -68,22 +80,19 @@ def _const(value: int, typ, ip):
 
 
 def _whiles(root) -> list:
-    found = []
-
-    def visit(op):
-        if op.name == "stablehlo.while":
-            found.append(op.operation)
-        return ir.WalkResult.ADVANCE
-
-    root.operation.walk(visit, ir.WalkOrder.PRE_ORDER)
-    return found
+    return control_flow_ops(root)[0]
 
 
-def _marked(root, i: int):
-    for op in _whiles(root):
-        if MARK in op.attributes and ir.IntegerAttr(op.attributes[MARK]).value == i:
+def _conditionals(root) -> list:
+    return control_flow_ops(root)[1]
+
+
+def _marked(root, i: int, mark: str = MARK):
+    for op in (_whiles(root) if mark == MARK else _conditionals(root)):
+        if mark in op.attributes and ir.IntegerAttr(op.attributes[mark]).value == i:
             return op
-    raise LoopCountError(f"loop {i} was lost while rewriting the program")
+    raise LoopCountError(f"{'loop' if mark == MARK else 'conditional'} {i} was lost while "
+                         "rewriting the program")
 
 
 def _attributes(op) -> dict:
@@ -144,10 +153,19 @@ def _mark_loops(module) -> int:
     return len(loops)
 
 
+def _mark_conditionals(module) -> int:
+    conds = _conditionals(module)
+    for i, op in enumerate(conds):
+        op.attributes[CASE_MARK] = ir.IntegerAttr.get(ir.IntegerType.get_signless(32), i)
+    return len(conds)
+
+
 def _unmark(module) -> None:
-    for op in _whiles(module):
-        if MARK in op.operation.attributes:
-            del op.operation.attributes[MARK]
+    loops, conds = control_flow_ops(module)
+    for op in loops + conds:
+        for mark in (MARK, CASE_MARK):
+            if mark in op.operation.attributes:
+                del op.operation.attributes[mark]
 
 
 # -- escaping a value to @main -----------------------------------------------------------------
@@ -255,7 +273,10 @@ class _Escaper:
         text = re.sub(r"\]>\s*$", f", {spec}]>", shardings) if "<@" in shardings else \
             f"#sdy.sharding_per_value<[{spec}]>"
         new.attributes["out_shardings"] = ir.Attribute.parse(text)
-        self.escape(new.results[len(new.results) - 1], tag)
+        if tag.manual:
+            raise LoopCountError("a loop or branch inside nested shard_maps cannot be counted")
+        self.escape(new.results[len(new.results) - 1],
+                    dataclasses.replace(tag, manual=tuple(manual)))
 
 
 # -- the two rewrites --------------------------------------------------------------------------
@@ -267,18 +288,25 @@ def _parse(text: str):
     return ctx, ir.Module.parse(text, context=ctx)
 
 
-def counting_module(text: str):
-    """(module, tags): ``text`` with every loop's count handed out of ``@main`` (see module
-    doc). The module lives in its own MLIR context; ``tags`` describe the extra results."""
+def counting_module(text: str, branches: bool = False):
+    """(module, tags): ``text`` with every loop's count (and with ``branches``, every
+    conditional's branch counts) handed out of ``@main`` (see module doc). The module lives in
+    its own MLIR context; ``tags`` describe the extra results."""
     ctx, module = _parse(text)
     with ctx, ir.Location.unknown():
         n = _mark_loops(module)
+        n_cond = _mark_conditionals(module) if branches else 0
         esc = _Escaper(module)
         for i in range(n):
             new, _ = _add_counter(_marked(module, i))
             entered = _const(1, _i32(), ir.InsertionPoint.after(new))
             esc.escape(new.results[len(new.results) - 1], Tag(i, "trips"))
             esc.escape(entered, Tag(i, "entries"))
+        for j in range(n_cond):
+            for k in range(len(_marked(module, j, CASE_MARK).regions)):
+                block = _marked(module, j, CASE_MARK).regions[k].blocks[0]
+                ran = _const(1, _i32(), ir.InsertionPoint(_terminator(block)))
+                esc.escape(ran, Tag(j, "branch", k))
         _unmark(module)
         if not module.operation.verify():
             raise LoopCountError("the counting program does not verify")
@@ -360,6 +388,48 @@ def trip_counts(exported, args: Sequence, run: Callable | None = None) -> tuple[
         (trips if tag.kind == "trips" else entries)[tag.loop] += int(v.max()) if v.size else 0
     return tuple(int((2 * t + e) // (2 * e)) if e else 0  # the mean, halves rounded up
                  for t, e in zip(trips, entries, strict=True))
+
+
+def device_counts(exported, args: Sequence, mesh_shape: Sequence[int],
+                  axis_names: Sequence[str], run: Callable | None = None) -> list[RunCounts]:
+    """Per device of the mesh (row-major ids), what a run of ``exported`` on ``args`` counted:
+    each loop's iterations and entries, each conditional's branches (see
+    :class:`~autograder.core.stablehlo.RunCounts`). ``run(fn, args)`` runs a program (default:
+    ``jax.jit(fn)(*args)``)."""
+    import jax
+
+    module, tags = counting_module(exported.mlir_module(), branches=True)
+    shape = tuple(int(s) for s in mesh_shape) or (1,)
+    n_dev = int(np.prod(shape, dtype=np.int64))
+    per = [RunCounts() for _ in range(n_dev)]
+    if not tags:
+        return per
+    shapes = _result_shapes(module)[-len(tags):]
+    counting = _with_module(exported, module, [(s, np.int32) for s in shapes])
+    outs = (run or (lambda f, a: jax.jit(f)(*a)))(counting.call, args)
+    values = [np.asarray(v).reshape(-1) for v in outs[1:]]
+    names = list(axis_names)
+    for tag, v in zip(tags, values, strict=True):
+        if tag.manual and any(a not in names for a in tag.manual):
+            raise LoopCountError(f"a shard_map over axes {tag.manual} of a mesh {names}")
+        sizes = [shape[names.index(a)] for a in tag.manual]
+        if v.size != int(np.prod(sizes, dtype=np.int64)):
+            raise LoopCountError(f"{v.size} counts for a shard_map over {tag.manual}")
+        for d in range(n_dev):
+            coords = np.unravel_index(d, shape)
+            at = (int(np.ravel_multi_index([coords[names.index(a)] for a in tag.manual], sizes))
+                  if tag.manual else 0)
+            c, x = per[d], int(v[at])
+            if tag.kind == "trips":
+                c.trips[tag.loop] = c.trips.get(tag.loop, 0) + x
+            elif tag.kind == "entries":
+                c.entries[tag.loop] = c.entries.get(tag.loop, 0) + x
+            else:
+                got = list(c.branches.get(tag.loop, ()))
+                got += [0] * (tag.branch + 1 - len(got))
+                got[tag.branch] += x
+                c.branches[tag.loop] = tuple(got)
+    return per
 
 
 def pinned(exported, trips: Sequence[int]):

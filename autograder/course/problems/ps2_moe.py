@@ -23,8 +23,9 @@ BK_SPEC = P("X", None)
 BUFFERS_SPEED = {"tpu_model": 3.0}
 
 
-ALL_TO_ALL_RULES = (rules.all_of(rules.uses_shard_map, rules_moe.tokens_travel_all_to_all,
-                                 rules_moe.no_activation_gather_over_x),)
+#: a gather of the activations is named first: it is why the all_to_all then carries too little
+ALL_TO_ALL_RULES = (rules.all_of(rules.uses_shard_map, rules_moe.no_activation_gather_over_x,
+                                 rules_moe.tokens_travel_all_to_all),)
 
 
 # -- memory bounds ---------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from typing import Callable, Optional
 
 from . import chips as chipmod
 from .cost import Geometry, build_tasks
-from .hlo import DataDependentLoop, ModelError, flatten
+from .hlo import DataDependentLoop, ModelError, parse_module, run_device
 from .schedule import Timeline, schedule
 
 #: the dump that holds the partitioned per-device module (single-device programs have none)
@@ -78,22 +78,48 @@ class Modeled:
     chip: str
     mesh_shape: tuple
     name: str = ""
+    #: the device whose program is timed: the slowest one
+    device: int = 0
+    #: how many devices' programs were modeled (all of them when control flow reads the
+    #: device's position; else one, since every device runs the same program)
+    devices: int = 1
+    #: why the time is an upper bound (e.g. branches chosen by data, all costed)
+    bounds: tuple = ()
 
     @property
     def time_us(self) -> float:
         return self.timeline.makespan * 1e6
 
     def summary(self) -> dict:
-        return {"name": self.name, "chip": self.chip, **self.timeline.summary()}
+        out = {"name": self.name, "chip": self.chip, **self.timeline.summary()}
+        if self.devices > 1:
+            out.update(device=self.device, devices=self.devices)
+        if self.bounds:
+            out["bounds"] = list(self.bounds)
+        return out
 
 
-def model_hlo(text: str, mesh_shape=(1,), axis_names=("X",), chip=None, device: int = 0,
-              name: str = "") -> Modeled:
+def model_hlo(text: str, mesh_shape=(1,), axis_names=("X",), chip=None,
+              device: Optional[int] = None, name: str = "") -> Modeled:
+    """Model the per-device module ``text``. ``device=None``: the slowest device (only device 0
+    is flattened unless a loop or a branch reads the device's position; then every device is,
+    and the slowest one is timed); an int: that device alone."""
     chip = chipmod.get_chip(chip)
-    nodes, out = flatten(text, device=device)
+    comps, entry = parse_module(text)
     geo = Geometry(tuple(mesh_shape), tuple(axis_names))
-    tasks = build_tasks(nodes, out, geo, chip, device)
-    return Modeled(schedule(tasks), chip.name, tuple(mesh_shape), name)
+    first = run_device(comps, entry, 0 if device is None else device)
+    runs = [first]
+    if device is None and first.device_dependent:
+        runs += [run_device(comps, entry, d) for d in range(1, geo.n)]
+    worst = None
+    for fl in runs:
+        timeline = schedule(build_tasks(fl.nodes, fl.out, geo, chip, fl.device))
+        if worst is None or timeline.makespan > worst[0].makespan:
+            worst = (timeline, fl)
+    timeline, fl = worst
+    bounds = tuple(dict.fromkeys(b for r in runs for b in r.bounds))
+    return Modeled(timeline, chip.name, tuple(mesh_shape), name, device=fl.device,
+                   devices=len(runs), bounds=bounds)
 
 
 def _mesh_geometry(mesh):
@@ -178,7 +204,9 @@ def grading_modeler(problem, fn, mesh, args, *, chip=None, program=False,
     """The ``modeler`` hook of :func:`autograder.judge.grading.grade_function`.
 
     Returns ``{'chip', 'student_us', 'baseline_us', 'ratio', 'threshold', ...}``, or
-    ``{'note': ...}`` when the program cannot be modeled (the check then uses wall-clock).
+    ``{'unreadable': why}`` when the student's program holds something the model cannot price
+    (the speed check then fails and says why: a program the model cannot read is never judged
+    on a laxer basis). Any other error is the model's own and propagates (the grader's fault).
     ``pinned()``: for a program whose loops run as often as its data says, the partitioned
     module of the same program with each loop's trip count fixed to what a run on the
     grading input counted, and those counts (see :mod:`autograder.tpumodel.loops`)."""
@@ -193,11 +221,7 @@ def grading_modeler(problem, fn, mesh, args, *, chip=None, program=False,
             st, base = compare(problem, fn, mesh, args, chip=chip, program=program,
                                texts=(text, texts[1]))
     except ModelError as e:
-        return {"note": f"the TPU model could not handle this program ({e}); judged on "
-                        "wall-clock instead"}
-    except Exception as e:  # noqa: BLE001 - the model must never break grading
-        return {"note": f"the TPU model failed ({type(e).__name__}: {str(e)[:200]}); judged on "
-                        "wall-clock instead"}
+        return {"unreadable": str(e)[:300]}
     s, b = st.time_us, base.time_us
     out = {"chip": st.chip, "student_us": s, "baseline_us": b,
            "ratio": s / max(b, 1e-9), "threshold": modeled_threshold(_problem(problem)),

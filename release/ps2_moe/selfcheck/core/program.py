@@ -242,6 +242,12 @@ def trip_count(op: str, start: int, bound: int, step: int | None) -> int | None:
     return None
 
 
+def _runs(op: Op) -> int:
+    """How many times ``op`` ran: its count (0 for a loop or branch that never ran), or once
+    where the count is unknown."""
+    return 1 if op.count is None else op.count
+
+
 @dataclass
 class Program:
     """A flattened view of a traced function: every op in program order, loops expanded by count."""
@@ -256,6 +262,9 @@ class Program:
     out_info: tuple = ()
     #: short dtype names ('f32', 'i32', 'bool', ...) of the arguments, in arg_info's order
     arg_dtypes: tuple[str, ...] = ()
+    #: the case's arguments (global NumPy arrays and static values) the program was read on,
+    #: for rules that weigh what it moved against what the input required (None: not given)
+    inputs: tuple | None = None
 
     # -- queries used by the structure rules -------------------------------------------------
     def collectives(self, kind: str | None = None, axis: str | None = None) -> list[Op]:
@@ -268,11 +277,11 @@ class Program:
 
     def count(self, prim_or_kind: str) -> int:
         """Dynamic count (loops multiplied out; unknown trip counts count once)."""
-        return sum((o.count or 1) for o in self.ops if prim_or_kind in (o.prim, o.kind))
+        return sum(_runs(o) for o in self.ops if prim_or_kind in (o.prim, o.kind))
 
     def bytes_moved(self, kind: str, axis: str | None = None) -> int:
         """Operand bytes handed to collectives of ``kind``, loops multiplied out."""
-        return sum((o.count or 1) * o.in_bytes for o in self.collectives(kind, axis))
+        return sum(_runs(o) * o.in_bytes for o in self.collectives(kind, axis))
 
     def has_unknown_loops(self) -> bool:
         return any(o.count is None for o in self.ops)
@@ -280,7 +289,7 @@ class Program:
     def primitive_counts(self) -> Counter:
         c: Counter = Counter()
         for o in self.ops:
-            c[o.prim] += o.count or 1
+            c[o.prim] += _runs(o)
         return c
 
     def compiled_collectives(self) -> list[str]:

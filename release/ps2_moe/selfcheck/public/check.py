@@ -2,8 +2,9 @@
 
 ``check(name, fn)`` runs ``fn`` on small random inputs on every course mesh and compares the
 result (values and output sharding) with the NumPy reference, then runs the grader's structure
-rules on the program it traced. tools/build_notebooks.py copies this module, the modules it
-imports, the references, baselines and rules into each assignment's ``selfcheck`` package, whose
+rules on the program as the grader reads it (:mod:`autograder.course.reading`).
+tools/build_notebooks.py copies this module, the modules it imports, the references, baselines
+and rules into each assignment's ``selfcheck`` package, whose
 ``__init__`` fills :data:`PUBLIC`; inside the course package the table comes from the registry.
 The grader also checks memory and speed at bigger shapes, on inputs of its own.
 """
@@ -24,7 +25,7 @@ from ..core.compare import (
 )
 from ..core.loader import load
 from ..core.meshes import make_mesh
-from ..core.program import trace
+from ..course.reading import export_for_reading, read_paths
 
 #: name -> {'args', 'in_specs', 'out_spec', 'uses_mesh', 'case', 'edges', 'reference', 'rtol',
 #: 'atol', 'hidden', 'baseline', 'limit', 'memory'}; 'case', 'edges' (or None), 'reference' and
@@ -185,14 +186,25 @@ def problem(name: str):
 HIDDEN = {"memory": "its memory", "speed": "its speed"}
 
 
-def _structure(rules, f, placed, static, mesh, prob) -> str | None:
-    """The registry's structure rules on the program ``f`` is (its jaxpr and compiled module):
-    None when they hold, else what to change (the grader runs the same rules)."""
-    program = trace(f, placed, static_argnums=static)
-    for rule in rules:
-        res = rule(program, mesh, prob)
-        if res is not None and not res.passed:
-            return f"structure: {res.message}"
+def _structure(rules, f, placed, static, mesh, prob, inputs) -> str | None:
+    """The registry's structure rules on the program ``f`` is, read as the grader reads it
+    (:mod:`autograder.course.reading`: its exported StableHLO, loops and branches counted on
+    the case ``inputs``): None when they hold, else what to change."""
+    import jax
+
+    exported, dynamic = export_for_reading(f, placed, static)
+    compiled = jax.jit(f, static_argnums=static).lower(*placed).compile().as_text()
+    paths = read_paths(exported, mesh if prob.uses_mesh else None, compiled, dynamic, inputs)
+    if paths.error is not None:
+        return f"structure: {paths.error}"
+    for devices, program in paths.programs:
+        for rule in rules:
+            res = rule(program, mesh, prob)
+            if res is not None and not res.passed:
+                on = (f" (devices {', '.join(map(str, devices))}: they ran different loop "
+                      "counts or branches, and each path is judged)"
+                      if len(paths.programs) > 1 else "")
+                return f"structure{on}: {res.message}"
     return None
 
 
@@ -245,7 +257,7 @@ def check(name: str, fn, *, layouts=((2, 4), (4, 2), (1, 8), (8, 1)), cases: int
                 msg = (copies_disagree(out, mesh, spec["rtol"], spec["atol"])
                        or sharding_problem(out, mesh, out_spec))
             if msg is None and rules and args is runs[0][0]:  # structure: once per mesh
-                msg = _structure(rules, f, placed, static, mesh, problem(name))
+                msg = _structure(rules, f, placed, static, mesh, problem(name), args)
             if msg is not None:
                 raise AssertionError(f"{where}: {msg}")
             n, n_edges = n + (not label), n_edges + bool(label)

@@ -9,6 +9,13 @@ Sources (public):
 float32 matmuls have no published MXU rate: the MXU multiplies bf16, and a full-precision f32
 product takes six bf16 passes (``precision=HIGHEST``), so f32 peak = bf16 peak / 6.
 
+Elementwise arithmetic and reductions run on the vector unit (VPU), not the MXU: an (8, 128) array
+of lanes with 4 ALUs each, one f32 operation per ALU and cycle. Its rate is 4096 operations per
+cycle per TensorCore times the clock, the clock read off the published bf16 peak (peak / (MXUs x
+128 x 128 x 2)): about 1.05 GHz on v4 (2 cores), 1.5 GHz on v5e (1 core), 1.75 GHz on v5p (2
+cores) and v6e (1 core). So a product written as multiply-and-sum runs ~20-60x slower than on the
+MXU, as it does on the chip.
+
 Two figures are calibrated rather than read off a data sheet (see ``benchmarks/calibrate_tpumodel.py``):
   * ``MXU_EFFICIENCY``: the fraction of peak a well-shaped matmul reaches. The published v5e
     example (f32 [512, 2048] @ [2048, 2048] per chip in 224 us, about 19 TFLOP/s) gives 0.58.
@@ -37,6 +44,7 @@ class Chip:
     int8_flops: float  # peak int8 OP/s per chip
     hbm_bw: float  # bytes/s per chip
     ici_bw: float  # bytes/s per link, one direction
+    vpu_ops: float  # elementwise operations/s on the vector unit, per chip
     source: str
 
     @property
@@ -56,15 +64,19 @@ class Chip:
 
 CHIPS: dict[str, Chip] = {
     "v4": Chip("v4", bf16_flops=2.75e14, int8_flops=2.75e14, hbm_bw=1.2e12, ici_bw=4.5e10,
+               vpu_ops=2 * 4096 * 1.05e9,
                source="cloud.google.com/tpu/docs/v4: 275 TFLOP/s bf16, 1200 GB/s HBM; "
                       "scaling book part 2: 4.5e10 B/s per link one-way"),
     "v5e": Chip("v5e", bf16_flops=1.97e14, int8_flops=3.94e14, hbm_bw=8.19e11, ici_bw=4.5e10,
+                vpu_ops=4096 * 1.5e9,
                 source="cloud.google.com/tpu/docs/v5e: 197 TFLOP/s bf16, 394 TOP/s int8, "
                        "819 GB/s HBM; scaling book part 2: 4.5e10 B/s per link one-way"),
     "v5p": Chip("v5p", bf16_flops=4.59e14, int8_flops=9.18e14, hbm_bw=2.765e12, ici_bw=9e10,
+                vpu_ops=2 * 4096 * 1.75e9,
                 source="cloud.google.com/tpu/docs/v5p: 459 TFLOP/s bf16, 918 TOP/s int8, "
                        "2765 GB/s HBM; scaling book part 2: 9e10 B/s per link one-way"),
     "v6e": Chip("v6e", bf16_flops=9.18e14, int8_flops=1.836e15, hbm_bw=1.64e12, ici_bw=9e10,
+                vpu_ops=4096 * 1.75e9,
                 source="cloud.google.com/tpu/docs/v6e: 918 TFLOP/s bf16, 1836 TOP/s int8, "
                        "1640 GB/s HBM; scaling book part 2: 9e10 B/s per link one-way"),
 }

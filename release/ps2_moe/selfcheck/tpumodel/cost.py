@@ -7,8 +7,10 @@ consumer that reads a transfer the matmul itself does not wait for: a kernel sta
 inputs are there, so such a fusion would hold the matmul back until the data arrives (in a
 reduce-scatter ring, ``ppermute(acc) + t @ w[block]`` keeps the dot free to run while ``acc``
 travels; the add is a small kernel of its own). Then each kernel is timed by the roofline:
-``max(matmul FLOPs / MXU rate, HBM bytes / HBM bandwidth) + launch overhead``, where HBM bytes are
-what enters the kernel from outside plus what leaves it.
+``max(matmul FLOPs / MXU rate + vector ops / VPU rate, HBM bytes / HBM bandwidth) + launch
+overhead``, where HBM bytes are what enters the kernel from outside plus what leaves it, and vector
+ops are the elements every arithmetic op and reduction of the kernel computes (a product written
+as multiply-and-sum is charged on the vector unit, where the chip would run it).
 
 Communication. Each mesh axis is a ring with a link per direction ("+" towards higher index,
 "-" towards lower). A ``collective-permute`` routes every source->target pair the short way around
@@ -18,7 +20,8 @@ reduce-scatter over n devices is n-1 steps of one shard each, an all-reduce is b
 all-to-all routes its n-1 chunks like a permute. An all-reduce of which each device only slices
 out at most 1/n (GSPMD's way of writing a reduce-scatter, e.g. a matmul whose contracting dimension
 is sharded and whose output is sharded) is costed as the reduce-scatter that XLA's later passes
-(``ReduceScatterCreator``) make of it.
+(``ReduceScatterCreator``) make of it; only when all its uses together read at most 1/n of it
+(slices that together cover more are an all-reduce, however small each one is).
 """
 from __future__ import annotations
 
@@ -44,6 +47,17 @@ FUSIBLE = {
     "shift-right-arithmetic", "popcnt", "count-leading-zeros", "real", "imag", "complex",
     "erf", "stochastic-convert", "constant", "rng-bit-generator", "rng", "clz",
 }
+#: ops that compute each element of their result on the vector unit (the rest of FUSIBLE only
+#: move data: broadcast, slice, transpose, concatenate ...)
+VECTOR = {
+    "add", "subtract", "multiply", "divide", "maximum", "minimum", "power", "remainder", "and",
+    "or", "xor", "not", "negate", "abs", "sign", "exponential", "exponential-minus-one", "log",
+    "log-plus-one", "logistic", "tanh", "sqrt", "rsqrt", "cbrt", "sine", "cosine", "tan", "atan2",
+    "floor", "ceil", "round-nearest-afz", "round-nearest-even", "is-finite", "compare", "select",
+    "clamp", "convert", "reduce-precision", "map", "shift-left", "shift-right-logical",
+    "shift-right-arithmetic", "popcnt", "count-leading-zeros", "clz", "erf", "stochastic-convert",
+    "reduce", "reduce-window", "real", "imag", "complex",
+}
 #: array ops costed by their bytes but kept as kernels of their own
 STANDALONE = {"gather", "scatter", "sort", "reduce-window", "select-and-scatter", "cholesky",
               "triangular-solve", "fft", "top-k", "batch-norm-training", "batch-norm-inference",
@@ -62,9 +76,11 @@ class Task:
     deps: set = field(default_factory=set)
     nodes: list = field(default_factory=list)
     detail: str = ""
-    flops: float = 0.0
+    flops: float = 0.0  # matmul FLOPs (MXU)
+    vector: float = 0.0  # elementwise operations (VPU)
     bytes: float = 0.0
     comm_bytes: float = 0.0
+    unit: str = ""  # what bounds a compute kernel: 'mxu', 'vpu' or 'mem'
 
 
 # ------------------------------------------------------------------------------ mesh geometry
@@ -124,7 +140,7 @@ def _pair_loads(geo: Geometry, pairs, nbytes: float):
 def collective_cost(node: Node, geo: Geometry, chip: chipmod.Chip, device: int = 0,
                     used_bytes: Optional[float] = None):
     """(seconds, lanes, bytes on the busiest link, description) for one collective.
-    ``used_bytes``: the most that any use of its result reads (None: all of it)."""
+    ``used_bytes``: what the uses of its result read together (None: all of it)."""
     op = node.opcode
     W = chip.ici_bw
     alpha = chipmod.ICI_LATENCY_S
@@ -292,6 +308,14 @@ def _dot_flops(n: Node) -> float:
     return 2.0 * out.size * rhs.size / max(feat, 1)
 
 
+def _vector_ops(n: Node) -> float:
+    """Elements a vector-unit op computes: its result's (a reduction: its inputs')."""
+    if n.opcode in ("reduce", "reduce-window"):
+        half = max(1, len(n.inputs) // 2)  # (operands..., init values...)
+        return float(sum(l.shape.size for l in n.inputs[:half]))
+    return float(sum(s.size for s in n.out))
+
+
 #: words of the jaxpr collectives a student writes (their names survive into HLO metadata)
 _COLLECTIVE_WORDS = ("ppermute", "psum", "all_gather", "all_to_all", "scatter", "pmax", "pmin")
 
@@ -304,8 +328,8 @@ def _short_label(label: str) -> str:
 
 
 def _sliced_bytes(node: Node, nodes: list[Node], cons: dict, live_out: frozenset):
-    """The most that any use of ``node``'s result reads, when every use is a slice of it;
-    None when the result leaves the program or some use reads all of it."""
+    """What all uses of ``node``'s result read together, when every use is a slice of it; None
+    when the result leaves the program or some use reads all of it."""
     if node.id in live_out or not cons[node.id] or len(node.out) != 1:
         return None
     sizes = []
@@ -314,7 +338,7 @@ def _sliced_bytes(node: Node, nodes: list[Node], cons: dict, live_out: frozenset
         if use.opcode not in ("slice", "dynamic-slice") or use.inputs[0].deps != {node.id}:
             return None
         sizes.append(float(use.out_bytes))
-    return max(sizes)
+    return sum(sizes)
 
 
 def build_tasks(nodes: list[Node], out_value, geo: Geometry, chip: chipmod.Chip,
@@ -352,6 +376,7 @@ def build_tasks(nodes: list[Node], out_value, geo: Geometry, chip: chipmod.Chip,
                               list(ms), f"{desc}, {shape}", comm_bytes=cb))
             continue
         mset = set(ms)
+        vector = 0.0
         flops_by_dtype: dict[str, float] = {}
         read: dict = {}
         written = 0.0
@@ -360,6 +385,8 @@ def build_tasks(nodes: list[Node], out_value, geo: Geometry, chip: chipmod.Chip,
             if n.opcode in HEAVY:
                 dt = n.inputs[0].shape.dtype
                 flops_by_dtype[dt] = flops_by_dtype.get(dt, 0.0) + _dot_flops(n)
+            elif n.opcode in VECTOR:
+                vector += _vector_ops(n)
             for i, l in enumerate(n.inputs):
                 if l.deps and l.deps <= mset:
                     continue  # produced inside the kernel
@@ -380,19 +407,22 @@ def build_tasks(nodes: list[Node], out_value, geo: Geometry, chip: chipmod.Chip,
                     written += float(n.out_bytes)
         nbytes = sum(read.values()) + written
         t_mxu = sum(f / chip.matmul_flops(dt) for dt, f in flops_by_dtype.items())
+        t_vpu = vector / chip.vpu_ops
         t_mem = nbytes / chip.hbm_bw
-        dur = max(t_mxu, t_mem) + chipmod.KERNEL_OVERHEAD_S
+        dur = max(t_mxu + t_vpu, t_mem) + chipmod.KERNEL_OVERHEAD_S
         main = next((nodes[m] for m in ms if nodes[m].opcode in HEAVY), None)
         if main is None:
             main = max((nodes[m] for m in ms), key=lambda x: x.out_bytes)
         lab = _short_label(main.label) + suffix
-        kind = "mxu" if flops_by_dtype else "mem"
+        if t_mxu + t_vpu < t_mem:
+            unit, bound = ("mxu" if flops_by_dtype else "mem"), "memory"
+        else:
+            unit, bound = ("mxu" if t_mxu >= t_vpu else "vpu"), "compute"
         desc = (f"{len(ms)} op(s), {sum(flops_by_dtype.values()) / 1e9:.2f} GFLOP, "
-                f"{nbytes / 2**20:.2f} MiB, {'compute' if t_mxu >= t_mem else 'memory'}-bound")
+                f"{vector / 1e9:.2f} G vector ops, {nbytes / 2**20:.2f} MiB, {bound}-bound")
         tasks.append(Task(tid, "compute", lab, dur, ("compute",), deps, list(ms), desc,
-                          flops=sum(flops_by_dtype.values()), bytes=nbytes))
-        tasks[-1].detail = desc
-        tasks[-1].unit = kind  # type: ignore[attr-defined]
+                          flops=sum(flops_by_dtype.values()), vector=vector, bytes=nbytes,
+                          unit=unit))
     for t in tasks:
         t.deps = {task_of[d] for d in t.deps} - {t.id}
     return tasks

@@ -6,7 +6,8 @@ from .schedule import Timeline
 #: resolution of the picture (a notebook shows it about 880 pixels wide) and its palette size
 DPI = 80
 PALETTE_COLORS = 64
-_COLORS = {"mxu": "#4C72B0", "mem": "#8DA0CB", "comm": "#DD8452", "idle": "#EEEEEE"}
+_COLORS = {"mxu": "#4C72B0", "vpu": "#55A868", "mem": "#8DA0CB", "comm": "#DD8452",
+           "idle": "#EEEEEE"}
 
 
 def _lanes(tl: Timeline) -> list:
@@ -35,7 +36,7 @@ def plot_timelines(panels: list[tuple[str, Timeline]], path: str) -> str:
             if t.duration <= 0:
                 continue
             s, d = tl.start[t.id] * 1e6, t.duration * 1e6
-            color = _COLORS["comm"] if t.kind == "comm" else _COLORS[getattr(t, "unit", "mem")]
+            color = _COLORS["comm"] if t.kind == "comm" else _COLORS[t.unit or "mem"]
             for r in t.resources:
                 y = ypos[r]
                 ax.broken_barh([(s, d)], (y - 0.4, 0.8), facecolors=color, edgecolors="white",

@@ -2,10 +2,17 @@
 
 The text is the module XLA dumps right after SPMD partitioning: one device's program, with the
 collectives the student wrote (shard_map) or GSPMD inserted (jit), before any backend pass merges
-collectives or makes them asynchronous. :func:`flatten` executes it symbolically for one device:
-scalar integer arithmetic is evaluated (so loop trip counts and ``axis_index`` are known), while
-loops are unrolled, calls inlined, and every operation that touches an array becomes a
-:class:`Node` that depends on the nodes that produced its operands.
+collectives or makes them asynchronous. :func:`flatten` executes it for one device: scalar
+arithmetic that needs no array data is evaluated exactly as XLA does it (:mod:`.scalars`), so loop
+trip counts, branch indices and ``axis_index`` arithmetic are what the hardware computes; loops
+are unrolled, calls inlined, and every operation that touches an array becomes a :class:`Node`
+that depends on the nodes that produced its operands.
+
+What cannot be known is never guessed. A loop whose condition reads array data raises
+:class:`DataDependentLoop` (its count is then taken from a run, see :mod:`.loops`). A branch
+chosen by array data is costed as if every branch ran, one after another: an upper bound, said
+in :attr:`Flattener.bounds`. A control decision that reads the device's own position marks the
+program :attr:`Flattener.device_dependent`, and the model then flattens every device.
 """
 from __future__ import annotations
 
@@ -14,6 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import numpy as np
+
+from . import scalars
 
 
 class ModelError(Exception):
@@ -254,7 +263,8 @@ class Leaf:
     shape: Shape
     deps: frozenset  # ids of the array nodes this value was computed from
     vid: int  # identity of the buffer (aliases keep it)
-    const: Any = None  # known value of a scalar
+    const: Any = None  # known value of a scalar (a NumPy scalar of its own element type)
+    dev: bool = False  # the value depends on which device runs the program
 
 
 @dataclass
@@ -284,6 +294,10 @@ COLLECTIVES = {"all-gather", "all-reduce", "reduce-scatter", "all-to-all", "coll
                "collective-broadcast", "ragged-all-to-all"}
 
 
+#: scalar-only loop iterations the model evaluates before it gives up on a program
+MAX_STEPS = 1_000_000
+
+
 class Flattener:
     def __init__(self, comps: dict[str, Computation], device: int = 0, max_nodes: int = 50000):
         self.comps = comps
@@ -292,14 +306,20 @@ class Flattener:
         self.nodes: list[Node] = []
         self._vid = 0
         self.loop_stack: list[int] = []
+        self.steps = 0
+        #: a loop condition or a branch index read the device's position
+        self.device_dependent = False
+        #: why the cost is an upper bound (branches chosen by data, all costed)
+        self.bounds: list[str] = []
+        self.out: Any = None
 
     def new_vid(self) -> int:
         self._vid += 1
         return self._vid
 
     # values ------------------------------------------------------------------------------
-    def leaf(self, shape, deps=frozenset(), const=None) -> Leaf:
-        return Leaf(shape, frozenset(deps), self.new_vid(), const)
+    def leaf(self, shape, deps=frozenset(), const=None, dev=False) -> Leaf:
+        return Leaf(shape, frozenset(deps), self.new_vid(), const, dev)
 
     def make_out(self, typ, deps):
         if isinstance(typ, list):
@@ -350,17 +370,17 @@ class Flattener:
         if op == "get-tuple-element":
             return ops[0][int(ins.attrs["index"])]
         if op in ("partition-id", "replica-id"):
-            return self.leaf(ins.type, const=self.device)
+            return self.leaf(ins.type, const=_literal(str(self.device), ins.type), dev=True)
         if op in ALIAS_OPS:
             v = ops[0]
             if isinstance(v, list) or isinstance(ins.type, list):
                 return v
-            return Leaf(ins.type, v.deps, v.vid, v.const)
+            return Leaf(ins.type, v.deps, v.vid, v.const, v.dev)
         if op == "custom-call":
             target = ins.attrs.get("custom_call_target", "").strip('"')
             if any(target.startswith(t) for t in _ALIAS_CUSTOM_CALLS) and ops:
                 v = ops[0]
-                return v if isinstance(v, list) else Leaf(ins.type, v.deps, v.vid, v.const)
+                return v if isinstance(v, list) else Leaf(ins.type, v.deps, v.vid, v.const, v.dev)
             raise ModelError(f"custom-call {target!r} has no cost rule")
         if op in ("call", "fusion", "async-start"):
             callee = ins.attrs.get("to_apply") or ins.attrs.get("calls")
@@ -382,15 +402,14 @@ class Flattener:
             isinstance(s, Shape) and not s.dims for s in out_shapes)
         if scalar_only and op not in COLLECTIVES:
             consts = [o.const if isinstance(o, Leaf) else None for o in ops]
-            val = None
-            if all(c is not None for c in consts):
-                val = _scalar_eval(ins, consts)
             deps = frozenset()
             for o in ops:
                 deps |= self.all_deps(o)
             if isinstance(ins.type, list):
                 return self.make_out(ins.type, deps)
-            return self.leaf(ins.type, deps, const=val)
+            val = scalars.evaluate(op, ins.type.dtype, ins.attrs, consts) if ops else None
+            dev = any(l.dev for o in ops for l in self.leaves(o))
+            return self.leaf(ins.type, deps, const=val, dev=dev)
         return self.add_node(ins, op, ops)
 
     def add_node(self, ins: Instr, op: str, ops) -> Any:
@@ -421,8 +440,13 @@ class Flattener:
             if not isinstance(c, Leaf) or c.const is None:
                 self.loop_stack.pop()
                 raise DataDependentLoop("a while loop whose trip count depends on array data")
+            self.device_dependent |= c.dev
             if not bool(c.const):
                 break
+            self.steps += 1
+            if self.steps > MAX_STEPS:
+                raise ModelError(f"the program's loops run over {MAX_STEPS} iterations; too "
+                                 "long to model")
             self.loop_stack[-1] = it
             carry = self.run(body, [carry])
             it += 1
@@ -437,101 +461,42 @@ class Flattener:
             branches = [ins.attrs["true_computation"].lstrip("%"),
                         ins.attrs["false_computation"].lstrip("%")]
         if not isinstance(pred, Leaf) or pred.const is None:
-            raise ModelError("a conditional whose branch depends on array data")
+            # chosen by array data: cost every branch, one after another (an upper bound)
+            self.bounds.append(f"a branch chosen by array data ({len(branches)} branches, "
+                               "all costed)")
+            return _merge([self.run(b, [ops[1 + i]]) for i, b in enumerate(branches)], self)
+        self.device_dependent |= pred.dev
         if "branch_computations" in ins.attrs:
-            k = int(pred.const)
+            k = int(pred.const)  # XLA runs the last branch for an index out of range
             k = k if 0 <= k < len(branches) else len(branches) - 1
         else:
             k = 0 if bool(pred.const) else 1
         return self.run(branches[k], [ops[1 + k]])
 
 
+def _merge(values: list, fl: "Flattener"):
+    """The result of a conditional whose branch is not known: it depends on every branch's
+    result, and a scalar is known only if every branch computed the same value."""
+    first = values[0]
+    if isinstance(first, list):
+        return [_merge([v[i] for v in values], fl) for i in range(len(first))]
+    deps = frozenset().union(*[v.deps for v in values])
+    consts = [v.const for v in values]
+    same = all(c is not None for c in consts) and all(
+        bool(np.asarray(c == consts[0]).all()) for c in consts)
+    return fl.leaf(first.shape, deps, const=consts[0] if same else None,
+                   dev=any(v.dev for v in values))
+
+
 def _literal(raw: str, typ):
     if not isinstance(typ, Shape) or typ.dims:
         return None
-    s = raw.strip()
-    if s in ("true", "false"):
-        return s == "true"
-    try:
-        if typ.dtype.startswith(("s", "u")):
-            return int(s)
-        if typ.dtype == "pred":
-            return bool(int(s))
-        return float(s)
-    except ValueError:
-        return None
+    return scalars.literal(raw, typ.dtype)
 
 
-def _scalar_eval(ins: Instr, c: list):
-    op = ins.opcode
-    dt = ins.type.dtype if isinstance(ins.type, Shape) else "s32"
-    isint = dt.startswith(("s", "u"))
-    try:
-        if op == "add":
-            v = c[0] + c[1]
-        elif op == "subtract":
-            v = c[0] - c[1]
-        elif op == "multiply":
-            v = c[0] * c[1]
-        elif op == "divide":
-            if isint:
-                if c[1] == 0:
-                    return None
-                q = abs(c[0]) // abs(c[1])
-                v = q if (c[0] >= 0) == (c[1] > 0) else -q
-            else:
-                v = c[0] / c[1]
-        elif op == "remainder":
-            if c[1] == 0:
-                return None
-            v = float(np.fmod(c[0], c[1]))
-            v = int(v) if isint else v
-        elif op == "maximum":
-            v = max(c[0], c[1])
-        elif op == "minimum":
-            v = min(c[0], c[1])
-        elif op == "negate":
-            v = -c[0]
-        elif op == "abs":
-            v = abs(c[0])
-        elif op == "compare":
-            d = ins.attrs.get("direction", "EQ")
-            v = {"EQ": c[0] == c[1], "NE": c[0] != c[1], "LT": c[0] < c[1],
-                 "LE": c[0] <= c[1], "GT": c[0] > c[1], "GE": c[0] >= c[1]}[d]
-        elif op == "select":
-            v = c[1] if c[0] else c[2]
-        elif op == "clamp":
-            v = min(max(c[1], c[0]), c[2])
-        elif op == "and":
-            v = (c[0] and c[1]) if isinstance(c[0], bool) else int(c[0]) & int(c[1])
-        elif op == "or":
-            v = (c[0] or c[1]) if isinstance(c[0], bool) else int(c[0]) | int(c[1])
-        elif op == "xor":
-            v = (c[0] != c[1]) if isinstance(c[0], bool) else int(c[0]) ^ int(c[1])
-        elif op == "not":
-            v = (not c[0]) if isinstance(c[0], bool) else ~int(c[0])
-        elif op == "convert":
-            v = bool(c[0]) if dt == "pred" else (int(c[0]) if isint else float(c[0]))
-        elif op == "shift-left":
-            v = int(c[0]) << int(c[1])
-        elif op == "shift-right-arithmetic":
-            v = int(c[0]) >> int(c[1])
-        elif op == "sign":
-            v = (c[0] > 0) - (c[0] < 0)
-        else:
-            return None
-    except (TypeError, ValueError, OverflowError):
-        return None
-    if dt == "pred":
-        return bool(v)
-    if isint:
-        return int(v)
-    return v
-
-
-def flatten(text: str, device: int = 0, max_nodes: int = 50000) -> tuple[list[Node], Any]:
-    """Parse ``text`` and return (nodes, output value) of the per-device program."""
-    comps, entry = parse_module(text)
+def run_device(comps: dict[str, Computation], entry: str, device: int = 0,
+               max_nodes: int = 50000) -> Flattener:
+    """Flatten the entry computation for ``device``; the result is in ``.nodes`` and ``.out``."""
     fl = Flattener(comps, device=device, max_nodes=max_nodes)
     ent = comps[entry]
     args = []
@@ -539,5 +504,12 @@ def flatten(text: str, device: int = 0, max_nodes: int = 50000) -> tuple[list[No
         pname = ent.params[i]
         typ = next(x.type for x in ent.instrs if x.name == pname)
         args.append(fl.make_out(typ, frozenset()))
-    out = fl.run(entry, args)
-    return fl.nodes, out
+    fl.out = fl.run(entry, args)
+    return fl
+
+
+def flatten(text: str, device: int = 0, max_nodes: int = 50000) -> tuple[list[Node], Any]:
+    """Parse ``text`` and return (nodes, output value) of ``device``'s program."""
+    comps, entry = parse_module(text)
+    fl = run_device(comps, entry, device, max_nodes)
+    return fl.nodes, fl.out

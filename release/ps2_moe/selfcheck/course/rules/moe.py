@@ -3,6 +3,8 @@ experts. Small pure functions over a traced :class:`~autograder.core.program.Pro
 :mod:`autograder.course.rules.base`."""
 from __future__ import annotations
 
+import numpy as np
+
 from ...core.results import failed, passed
 from . import base as rules
 
@@ -40,31 +42,95 @@ def gathers_activations_over_x(prog, mesh, problem):
                   f"found: {prog.summary()}. " + rules.HOW_TO_LOOK)
 
 
+def _group(o, mesh) -> int:
+    """How many devices a collective spans (unknown axes: the whole mesh)."""
+    if "?" in o.axes:
+        return int(mesh.devices.size)
+    n = 1
+    for ax in o.axes:
+        n *= int(mesh.shape[ax]) if ax in mesh.shape else 1
+    return n
+
+
+def delivered_bytes(o, mesh) -> float:
+    """Bytes one run of collective ``o`` brings a device from the other devices of its group:
+    what it carries, by kind, not by name (a psum that sums one-hot copies of the tokens
+    delivers all of them, as an all_gather would)."""
+    n = _group(o, mesh)
+    others = (n - 1) / n if n > 1 else 0.0
+    if o.kind == "all_gather":
+        return o.out_bytes * others
+    if o.kind in ("all_to_all", "ragged_all_to_all"):
+        return o.in_bytes * others
+    if o.kind == "psum_scatter":
+        return float(o.out_bytes) if n > 1 else 0.0
+    return float(o.in_bytes) if n > 1 else 0.0  # psum, pmax, pmin, ppermute: all of it
+
+
+def _over_x(o) -> bool:
+    return "X" in o.axes or "?" in o.axes
+
+
 def no_activation_gather_over_x(prog, mesh, problem):
-    """No all_gather over X that carries activations: [S, D]-sized per call or in total, or
-    any row-gather inside a loop whose trip count is unknown."""
+    """No collective over X but the all_to_all exchange brings a device other groups' tokens in
+    bulk: the bytes all of them deliver (loops multiplied out) stay under half of the
+    activations, and none of them moves row blocks an unknown number of times."""
     if mesh.shape["X"] == 1:
         return None
     big = _activation_bytes(prog, mesh)
-    for o in _gathers_over_x(prog):
-        total = o.out_bytes * (o.count or 1)
-        rows_in_loop = o.count is None and len(o.out_shapes[0]) >= 2
-        if (big is not None and 2 * total >= big) or rows_in_loop:
-            shape = list(o.out_shapes[0]) if o.out_shapes else []
-            return failed("structure", "tokens must travel to their experts with all_to_all; "
-                          "found an all_gather over 'X' producing "
-                          f"{shape} ({total / 2**10:.1f} KiB"
-                          f"{' per round' if o.count is None else ''}), i.e. the activations "
-                          "of other X-groups copied to every device. Send each X-group only "
-                          "the tokens routed to its experts. " + rules.HOW_TO_LOOK)
-    return passed("structure", "no all-gather of activations over X")
+    others = [o for o in prog.collectives() if _over_x(o) and o.count != 0
+              and o.kind not in ("all_to_all", "ragged_all_to_all")]
+    total = sum(delivered_bytes(o, mesh) * (1 if o.count is None else o.count) for o in others)
+    rows_in_loop = [o for o in others if o.count is None and o.out_shapes
+                    and len(o.out_shapes[0]) >= 2]
+    if (big is not None and 2 * total >= big) or rows_in_loop:
+        worst = max(others, key=lambda o: delivered_bytes(o, mesh) * (o.count or 1))
+        shape = list(worst.out_shapes[0]) if worst.out_shapes else []
+        runs = "an unknown number of times" if worst.count is None else f"x{worst.count}"
+        return failed("structure", "tokens must travel to their experts with all_to_all; "
+                      f"collectives over 'X' other than all_to_all deliver "
+                      f"{total / 2**10:.1f} KiB to each device, as much as the activations of "
+                      f"other X-groups copied to it (the largest: {worst.kind} over 'X' producing "
+                      f"{shape}, {runs}). Send each X-group only the tokens routed to its "
+                      "experts. " + rules.HOW_TO_LOOK)
+    return passed("structure", "no gather of activations over X")
+
+
+def routed_away_bytes(prog, mesh):
+    """The most bytes of activations any device must send to other X-groups on the program's
+    input: its tokens (each choice, for top-k) whose expert another group owns, times the
+    device's [D/Y] slice of a row. None without the input."""
+    if prog.inputs is None or len(prog.inputs) < 3:
+        return None
+    a, b, w = (np.asarray(v) for v in prog.inputs[:3])
+    nx, ny = int(mesh.shape["X"]), int(mesh.shape["Y"])
+    if a.ndim != 2 or w.ndim < 1 or w.shape[0] % nx or a.shape[0] % nx:
+        return None
+    owner = b.reshape(b.shape[0], -1) // (w.shape[0] // nx)  # [S, k]
+    group = (np.arange(a.shape[0]) // (a.shape[0] // nx))[:, None]
+    away = max(int(np.sum(owner[group[:, 0] == g] != g)) for g in range(nx))
+    return away * (a.shape[1] // ny) * a.dtype.itemsize
 
 
 def tokens_travel_all_to_all(prog, mesh, problem):
+    """The tokens routed to other X-groups travel by all_to_all over X: its runs deliver at
+    least half of their bytes (the measured runs, on the input the program was read on)."""
     if mesh.shape["X"] == 1:
         return None
-    if prog.collectives("all_to_all", axis="X"):
-        return passed("structure", "tokens travel with all_to_all over X")
-    return failed("structure", "expected the tokens to travel to the X-group owning their "
-                  f"expert with jax.lax.all_to_all over 'X'; found: {prog.summary()}. "
-                  + rules.HOW_TO_LOOK)
+    a2a = [o for o in prog.collectives() if _over_x(o) and o.count != 0
+           and o.kind in ("all_to_all", "ragged_all_to_all")]
+    if not a2a:
+        return failed("structure", "expected the tokens to travel to the X-group owning their "
+                      f"expert with jax.lax.all_to_all over 'X'; found: {prog.summary()}. "
+                      + rules.HOW_TO_LOOK)
+    need = routed_away_bytes(prog, mesh)
+    if need is None:
+        return passed("structure", "tokens travel with all_to_all over X (its bytes not "
+                      "weighed: the input is not known here)")
+    got = sum(delivered_bytes(o, mesh) * (1 if o.count is None else o.count) for o in a2a)
+    if 2 * got < need:
+        return failed("structure", f"the tokens routed to other X-groups must travel with "
+                      f"all_to_all: on this input a device sends {need / 2**10:.1f} KiB of "
+                      f"activations to other groups, but its all_to_alls deliver only "
+                      f"{got / 2**10:.1f} KiB ({prog.summary()}). " + rules.HOW_TO_LOOK)
+    return passed("structure", "tokens travel with all_to_all over X")

@@ -14,10 +14,12 @@ ask for, on every mesh with more than one device along 'Y':
   reduce-scatter rings only output-block partial sums ``[B/X, D/Y]`` (Y-1 of them in all);
 * the bidirectional variants send about half of the data each way round the ring.
 
-Loops may be Python ``for`` loops, ``fori_loop`` (a scan), a ``while_loop`` or unrolled code. Where a
-loop's trip count cannot be read from the program, the totals cannot be checked: the rules then
-judge what one iteration sends and let the count requirement pass if the loop itself interleaves
-sends and matmuls. With Y = 1 there is nothing to communicate and every rule passes.
+Loops may be Python ``for`` loops, ``fori_loop`` (a scan), a ``while_loop`` or unrolled code. The
+grader counts how often each loop and branch ran on the grading input (a branch never taken, a
+loop that never runs, count 0 and are ignored). Where a count is unknown (the self-check's
+symbolic reading of a loop bound that depends on the data) the rules cannot judge the totals and
+fail, saying so: they never pass on what they cannot see. With Y = 1 there is nothing to
+communicate and every rule passes.
 """
 from __future__ import annotations
 
@@ -45,7 +47,7 @@ VARIANTS = ("allgather", "allreduce", "reducescatter", "mlp")
 
 
 def _runs(op: Op) -> int:
-    """How many times an op runs; an unknown loop count counts as one iteration."""
+    """How many times an op runs (the rule has refused unknown counts before it adds any up)."""
     return 1 if op.count is None else op.count
 
 
@@ -202,19 +204,22 @@ def ring_rule(variant: str, *, bidirectional: bool = False):
         # -- chunks interleaved with partial matmuls --------------------------------------
         dots = [o for o in prog.ops if o.prim == "dot_general" and o.count != 0]
         n_dots = sum(_runs(o) for o in dots)
-        unknown = any(o.count is None for o in dots + perms + psums)
-        loop_interleaves = (any(o.count is None for o in dots)
-                            and any(o.count is None for o in perms + psums))
+        unknown = [o for o in dots + perms + psums if o.count is None]
+        if unknown:
+            return _fail(f"run the ring a known number of steps (a Python for, or fori_loop / "
+                         f"while_loop bounded by the axis size): how many times "
+                         f"{_describe(unknown[0], ny)} runs depends on the data, so the "
+                         f"chunks and matmuls cannot be counted.")
         if variant == "allreduce" and not perms:
             n_chunks = sum(_runs(o) for o in psums)
-            if n_chunks < 2 and not unknown:
+            if n_chunks < 2:
                 return _fail(f"reduce the output in several tiles, one psum each; found "
                              f"{n_chunks} psum.")
             what = f"{n_chunks} psum'd output tiles"
         else:
             n_chunks = ny * (2 if variant == "mlp" else 1)
             what = f"{n_chunks} chunks ({'two rings of ' if variant == 'mlp' else ''}Y = {ny})"
-        if n_dots < n_chunks and not loop_interleaves:
+        if n_dots < n_chunks:
             return _fail(f"split the matmul into partial matmuls, at least one per chunk "
                          f"({what}), each running while the next chunk travels (one big matmul "
                          f"before or after the ring cannot overlap with it); found {n_dots} "
@@ -232,10 +237,7 @@ def ring_rule(variant: str, *, bidirectional: bool = False):
                     return _fail(f"send one block at a time ({need}); found a ppermute of "
                                  f"{_mib(big)}: {_describe(o, ny)}.")
         if budget is not None:
-            if unknown:
-                notes.append("a loop's trip count is unknown, so the total bytes were judged "
-                             "per iteration")
-            elif total > SLACK * budget + 64:
+            if total > SLACK * budget + 64:
                 return _fail(f"send {need}: {_mib(budget)} per device in all; "
                              f"found {_mib(total)} sent with ppermute "
                              f"({'; '.join(_describe(o, ny) for o in perms[:4])}).")
@@ -271,7 +273,7 @@ def ring_rule(variant: str, *, bidirectional: bool = False):
         kind = "tiled psums" if (variant == "allreduce" and not perms) else "a ppermute ring"
         msg = (f"communication in chunks ({kind}){CLAUSES}{n_dots} partial matmuls "
                "interleaved with it")
-        if budget is not None and not unknown:
+        if budget is not None:
             msg += f"{CLAUSES}{_mib(total)} sent per device (budget {_mib(budget)})"
         if notes:
             msg += CLAUSES + CLAUSES.join(notes)

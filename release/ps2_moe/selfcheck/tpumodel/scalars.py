@@ -1,0 +1,217 @@
+"""Scalar arithmetic exactly as XLA does it, for the values that steer a program.
+
+The model evaluates the scalars a program computes without array data (loop counters, branch
+indices, ``axis_index`` arithmetic) to learn what the hardware will run. It must get the same
+answer as the hardware, or a program can steer the model down a path the chip never takes:
+``((axis_index + 1) << 31) > 0`` is false on every device in int32 (the shift wraps to the sign
+bit), true in Python's unbounded integers.
+
+So every value is a NumPy scalar of the instruction's own element type, and every operation
+follows XLA's definition for it (HLO semantics, as the CPU, GPU and TPU backends implement them):
+
+* integer add, subtract, multiply and negate wrap around (two's complement);
+* integer division truncates; ``x / 0`` is all ones (-1 signed, the maximum unsigned), and
+  ``INT_MIN / -1`` is ``INT_MIN``; ``x % 0`` is ``x`` and ``INT_MIN % -1`` is 0;
+* a shift by the bit width or more gives 0 (left, logical right) or the sign (arithmetic right);
+* conversions between integer types wrap; float to integer truncates toward zero.
+
+Where XLA's answer is not pinned down here (float to integer out of range or NaN, an element
+type or an operation this module does not know), the value is unknown (``None``): the caller
+then assumes the worst instead of guessing.
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Any, Optional
+
+import numpy as np
+
+try:  # jax depends on ml_dtypes: bfloat16 and the 8-bit floats
+    import ml_dtypes
+    _EXTRA = {"bf16": np.dtype(ml_dtypes.bfloat16)}
+except ImportError:  # pragma: no cover - never without jax; such values are then unknown
+    _EXTRA = {}
+
+_DTYPES = {"pred": np.dtype(np.bool_), "s8": np.dtype(np.int8), "s16": np.dtype(np.int16),
+           "s32": np.dtype(np.int32), "s64": np.dtype(np.int64), "u8": np.dtype(np.uint8),
+           "u16": np.dtype(np.uint16), "u32": np.dtype(np.uint32), "u64": np.dtype(np.uint64),
+           "f16": np.dtype(np.float16), "f32": np.dtype(np.float32),
+           "f64": np.dtype(np.float64), **_EXTRA}
+
+
+def numpy_dtype(hlo_type: str) -> Optional[np.dtype]:
+    """The NumPy dtype of an HLO element type, or None for one this module does not evaluate."""
+    return _DTYPES.get(hlo_type)
+
+
+def literal(text: str, hlo_type: str) -> Optional[np.generic]:
+    """The value of a scalar constant as HLO prints it (``42``, ``-1.5``, ``true``, ``inf``)."""
+    dt = numpy_dtype(hlo_type)
+    s = text.strip()
+    if dt is None or not s:
+        return None
+    try:
+        if dt.kind == "b":
+            if s in ("true", "false"):
+                return np.bool_(s == "true")
+            return np.bool_(int(s) != 0)
+        if dt.kind in "iu":
+            v = int(s)
+            info = np.iinfo(dt)
+            return dt.type(v) if info.min <= v <= info.max else None
+        return dt.type(float(s))
+    except (ValueError, OverflowError):
+        return None
+
+
+def _wrap(v: int, dt: np.dtype) -> np.generic:
+    bits = dt.itemsize * 8
+    v &= (1 << bits) - 1
+    if dt.kind == "i" and v >= 1 << (bits - 1):
+        v -= 1 << bits
+    return dt.type(v)
+
+
+def _convert(x: np.generic, dt: np.dtype) -> Optional[np.generic]:
+    src = x.dtype
+    if dt.kind == "b":
+        return np.bool_(x != 0)
+    if dt.kind in "iu":
+        if src.kind in "biu":
+            return _wrap(int(x), dt)
+        f = float(x)
+        if not np.isfinite(f):
+            return None
+        t = int(f)  # toward zero
+        info = np.iinfo(dt)
+        return dt.type(t) if info.min <= t <= info.max else None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return np.array(x).astype(dt)[()]
+
+
+def evaluate(opcode: str, out_type: str, attrs: dict, values: list) -> Optional[Any]:
+    """The value of scalar instruction ``opcode`` with result element type ``out_type`` on the
+    known operand ``values`` (NumPy scalars of their own types); None when it is not known."""
+    dt = numpy_dtype(out_type)
+    if dt is None or any(v is None for v in values):
+        return None
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return _evaluate(opcode, dt, attrs, values)
+    except (TypeError, ValueError, OverflowError, ZeroDivisionError, KeyError, IndexError):
+        return None
+
+
+def _evaluate(op: str, dt: np.dtype, attrs: dict, c: list) -> Optional[Any]:
+    integer = dt.kind in "iu"
+    if op == "compare":
+        a, b = c
+        d = attrs.get("direction", "EQ")
+        return np.bool_({"EQ": a == b, "NE": a != b, "LT": a < b, "LE": a <= b, "GT": a > b,
+                         "GE": a >= b}[d])
+    if op == "select":
+        return c[1] if bool(c[0]) else c[2]
+    if op == "convert":
+        return _convert(c[0], dt)
+    if op == "bitcast-convert":
+        src = c[0].dtype
+        return np.array(c[0], src).view(dt)[()] if src.itemsize == dt.itemsize else None
+    if op == "clamp":  # clamp(lo, x, hi)
+        lo, x, hi = c
+        if integer:
+            return dt.type(min(max(int(x), int(lo)), int(hi)))
+        return dt.type(np.minimum(np.maximum(x, lo), hi))
+    if op == "is-finite":
+        return np.bool_(np.isfinite(float(c[0])))
+    if dt.kind == "b":
+        a = bool(c[0])
+        if op == "not":
+            return np.bool_(not a)
+        b = bool(c[1]) if len(c) > 1 else None
+        if op == "and":
+            return np.bool_(a and b)
+        if op == "or":
+            return np.bool_(a or b)
+        if op == "xor":
+            return np.bool_(a != b)
+        return None
+    if integer:
+        return _integer(op, dt, [int(x) for x in c])
+    return _floating(op, dt, [dt.type(x) for x in c])
+
+
+def _integer(op: str, dt: np.dtype, c: list[int]) -> Optional[np.generic]:
+    bits = dt.itemsize * 8
+    signed = dt.kind == "i"
+    lo = -(1 << (bits - 1)) if signed else 0
+    if op == "add":
+        return _wrap(c[0] + c[1], dt)
+    if op == "subtract":
+        return _wrap(c[0] - c[1], dt)
+    if op == "multiply":
+        return _wrap(c[0] * c[1], dt)
+    if op == "negate":
+        return _wrap(-c[0], dt)
+    if op == "abs":
+        return _wrap(abs(c[0]), dt)
+    if op == "sign":
+        return dt.type((c[0] > 0) - (c[0] < 0))
+    if op == "maximum":
+        return dt.type(max(c))
+    if op == "minimum":
+        return dt.type(min(c))
+    if op == "divide":
+        a, b = c
+        if b == 0:
+            return _wrap(-1, dt)
+        if signed and a == lo and b == -1:
+            return dt.type(lo)
+        q = abs(a) // abs(b)
+        return _wrap(q if (a >= 0) == (b > 0) else -q, dt)
+    if op == "remainder":
+        a, b = c
+        if b == 0:
+            return dt.type(a)
+        if signed and a == lo and b == -1:
+            return dt.type(0)
+        r = abs(a) % abs(b)
+        return _wrap(r if a >= 0 else -r, dt)
+    if op in ("and", "or", "xor"):
+        a, b = (x & ((1 << bits) - 1) for x in c)
+        return _wrap({"and": a & b, "or": a | b, "xor": a ^ b}[op], dt)
+    if op == "not":
+        return _wrap(~c[0], dt)
+    if op in ("shift-left", "shift-right-logical", "shift-right-arithmetic"):
+        a, s = c[0], c[1] & ((1 << bits) - 1)  # the shift amount is read as unsigned
+        if op == "shift-left":
+            return _wrap(a << s, dt) if s < bits else dt.type(0)
+        if op == "shift-right-logical":
+            u = a & ((1 << bits) - 1)
+            return _wrap(u >> s, dt) if s < bits else dt.type(0)
+        if s >= bits:
+            return _wrap(-1 if (signed and a < 0) else 0, dt)
+        return _wrap(a >> s, dt)
+    if op == "popcnt":
+        return dt.type(bin(c[0] & ((1 << bits) - 1)).count("1"))
+    if op in ("count-leading-zeros", "clz"):
+        return dt.type(bits - (c[0] & ((1 << bits) - 1)).bit_length())
+    return None
+
+
+def _floating(op: str, dt: np.dtype, c: list) -> Optional[np.generic]:
+    fns = {"add": lambda a, b: a + b, "subtract": lambda a, b: a - b,
+           "multiply": lambda a, b: a * b, "divide": lambda a, b: a / b,
+           "remainder": np.fmod, "maximum": np.maximum, "minimum": np.minimum,
+           "power": np.power, "atan2": np.arctan2}
+    unary = {"negate": np.negative, "abs": np.abs, "sign": np.sign, "floor": np.floor,
+             "ceil": np.ceil, "round-nearest-even": np.rint, "sqrt": np.sqrt}
+    if op in fns and len(c) == 2:
+        return dt.type(fns[op](c[0], c[1]))
+    if op == "round-nearest-afz":
+        x = float(c[0])
+        return dt.type(np.copysign(np.floor(abs(x) + 0.5), x)) if np.isfinite(x) else dt.type(x)
+    if op in unary:
+        return dt.type(unary[op](c[0]))
+    return None

@@ -1,0 +1,81 @@
+"""Reading the evidence the structure rules judge: one reader for the grader and the self-check.
+
+A program is read from its ``jax.export`` artifact's StableHLO (:mod:`autograder.core.stablehlo`),
+never from a symbolic guess at what it does: when it holds a loop or a conditional, it runs once
+more, instrumented, on the case's own arrays (:func:`autograder.tpumodel.loops.device_counts`),
+and the rules learn how often each loop and each branch ran on each device. Devices that ran
+different paths get a program each, and each path must pass. Where the counts cannot be taken
+the rules are not run: the structure check fails and says why.
+
+The grader calls :func:`read_paths` on the artifact the sandbox exported; the notebook's
+``check`` exports the student's function itself and calls the same function, so both doors
+judge the same program the same way.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from ..core.program import Program
+from ..core.stablehlo import has_control_flow, program_from_exported
+
+
+@dataclass
+class Paths:
+    """The program as each group of devices ran it: ``[(device ids, Program)]`` (one entry when
+    every device ran the same loops and branches as often), or ``error``, why it could not be
+    read."""
+
+    programs: list = field(default_factory=list)
+    error: Optional[str] = None
+
+
+def count_error_text(e: Exception) -> str:
+    return (f"the program's loops and branches could not be counted ({e}), so its structure "
+            "cannot be judged. Write loops with fori_loop, scan, while_loop or a Python for, "
+            "and keep loops out of loop conditions")
+
+
+def read_paths(exported, mesh, compiled_text: str, dynamic, inputs: tuple,
+               run: Optional[Callable] = None) -> Paths:
+    """Read ``exported`` (run on the placed ``dynamic`` arrays where it has loops or branches;
+    ``inputs``: the case's arguments, for rules that weigh bytes against the input) on
+    ``mesh`` (None for a one-device function). ``run(fn, args)`` runs a program (default
+    ``jax.jit(fn)(*args)``). Errors other than a program that cannot be counted propagate."""
+    from ..tpumodel.loops import LoopCountError, device_counts
+
+    shape = None if mesh is None else tuple(int(s) for s in mesh.devices.shape)
+    names = ("X",) if mesh is None else tuple(str(a) for a in mesh.axis_names)
+
+    def read(counts=None) -> Program:
+        prog = program_from_exported(exported, mesh_shape=shape, compiled_text=compiled_text,
+                                     counts=counts)
+        prog.inputs = tuple(inputs)
+        return prog
+
+    if not has_control_flow(exported.mlir_module()):
+        return Paths([((), read())])
+    try:
+        per_device = device_counts(exported, dynamic, shape or (1,), names, run=run)
+    except LoopCountError as e:
+        return Paths(error=count_error_text(e))
+    paths: dict[tuple, tuple] = {}
+    for d, counts in enumerate(per_device):
+        paths.setdefault(counts.key(), (counts, []))[1].append(d)
+    return Paths([(tuple(devs), read(counts)) for counts, devs in paths.values()])
+
+
+def export_for_reading(fn, placed: list, static_argnums: tuple = ()):
+    """``(exported, dynamic args)`` of ``jax.jit(fn)`` on ``placed`` (static arguments given by
+    position): what the self-check reads, as the sandbox's export is what the grader reads."""
+    import jax
+
+    static = {i: a for i, a in enumerate(placed) if i in static_argnums}
+    dynamic = [a for i, a in enumerate(placed) if i not in static_argnums]
+
+    def bound(*dyn):
+        it = iter(dyn)
+        return fn(*[static[i] if i in static else next(it) for i in range(len(placed))])
+
+    exported = jax.export.export(jax.jit(bound, keep_unused=True))(*dynamic)
+    return exported, dynamic
