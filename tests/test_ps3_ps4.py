@@ -280,3 +280,29 @@ def test_cli_grades_a_fixture_to_json():
     assert 0 < fn["score"] < fn["max_score"]
     assert [c["name"] for c in fn["checks"] if not c["passed"]] == ["structure"]
     assert res["functions"]["matmul_allgather"]["score"] == 0  # not defined in that file
+
+
+def test_an_extra_send_fails_on_every_draw_and_at_home():
+    """A ring that sends one block more than it needs fails structure whatever the block size:
+    the byte slack is a fraction of a block, never an absolute number of bytes a small block
+    could hide in. The self-check gives the grader's message."""
+    from conftest import check_of, grade, load_fixture
+
+    from autograder.public import check as public
+
+    for seed in range(6):
+        res = grade("ps3", "send_every_step", "matmul_reducescatter", seed=seed, quick=True)
+        assert check_of(res, "numerics").passed, res.report()
+        st = check_of(res, "structure")
+        assert not st.passed and "Y-1 = " in st.message, (seed, st.message)
+    fn = load_fixture("ps3", "send_every_step").function("matmul_reducescatter")
+    for seed in range(3):
+        with pytest.raises(AssertionError, match="structure: send only output-block"):
+            public.check("matmul_reducescatter", fn, cases=1, verbose=False, seed=seed)
+
+
+def test_shifts_are_printed_signed():
+    from autograder.core.program import signed_shift
+
+    assert [signed_shift(s, 4) for s in (1, 3, 2)] == ["+1", "-1", "+2"]
+    assert [signed_shift(s, 8) for s in (7, 6, 4)] == ["-1", "-2", "+4"]

@@ -242,6 +242,13 @@ def trip_count(op: str, start: int, bound: int, step: int | None) -> int | None:
     return None
 
 
+def signed_shift(s: int, n: int) -> str:
+    """A ring shift (destination - source mod n) as the notebooks say it: +1 is "to the right"
+    (towards higher index), -1 "to the left"; on a ring of two they are the same neighbour."""
+    d = s if s <= n // 2 else s - n
+    return f"{d:+d}"
+
+
 def _runs(op: Op) -> int:
     """How many times ``op`` ran: its count (0 for a loop or branch that never ran), or once
     where the count is unknown."""
@@ -304,7 +311,9 @@ class Program:
         lines = []
         for o in cols[:limit]:
             rep = "?" if o.count is None else str(o.count)
-            extra = f" perm shifts {sorted(o.shift(len(o.perm)))}" if o.perm else ""
+            n = len(o.perm or ())
+            extra = (f" ring shift {', '.join(signed_shift(s, n) for s in sorted(o.shift(n)))}"
+                     if o.perm else "")
             lines.append(
                 f"{o.kind} over {','.join(o.axes) or '?'} of {list(o.in_shapes[0]) if o.in_shapes else []}"
                 f" x{rep}{extra}"

@@ -56,8 +56,9 @@ def no_compiled_collectives(prog: Program, mesh, problem) -> CheckResult:
         first = first[:160] + "..."
     return failed("structure", "keep every intermediate and the output laid out like the input "
                   "(each shard's rows where they are), so that no data has to move; XLA added "
-                  f"{len(lines)} collective(s) to the compiled program, e.g. `{first}`. Compare "
-                  "the output's sharding with the spec. " + HOW_TO_LOOK)
+                  f"{len(lines)} collective(s) to the compiled program, e.g. `{first}`. Look "
+                  "for the step that needs data from another shard (an operation over the "
+                  "whole array, or an output laid out unlike the input). " + HOW_TO_LOOK)
 
 
 def rule_factory(factory):
