@@ -368,7 +368,7 @@ def grade_all(root: Path, *, workers: int = 1, out: Optional[Path] = None,
     opts = opts or Options()
     root = Path(root)
     items = discover(root)
-    out = Path(out) if out else Path("grades.csv")
+    out = Path(out) if out else Path("class_grades.csv")
     reports = Path(reports) if reports else out.parent / "reports"
     reports.mkdir(parents=True, exist_ok=True)
     if warm and items and not scheduler:

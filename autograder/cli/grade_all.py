@@ -15,7 +15,8 @@ def add_parser(sub) -> None:
     g.add_argument("dir", help="nbgrader course folder (or its submitted/), or a flat folder")
     g.add_argument("--workers", type=int, default=max(1, min(2, os.cpu_count() or 1)),
                    help="submissions graded at once (default: min(2, CPUs))")
-    g.add_argument("--out", default="grades.csv", help="the CSV (default grades.csv)")
+    g.add_argument("--out", default="class_grades.csv",
+                   help="the CSV (default class_grades.csv; nbgrader export writes grades.csv)")
     g.add_argument("--reports", help="folder of JSON reports (default: next to the CSV)")
     g.add_argument("--force", action="store_true", help="grade again what was graded before")
     g.add_argument("--quick", action="store_true", help="fewer meshes and cases")

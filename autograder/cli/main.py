@@ -1,7 +1,7 @@
 """``python -m autograder``: the command-line way in.
 
     python -m autograder grade SUBMISSION [--assignment ID] [--json]
-    python -m autograder grade-all DIR [--workers N] [--out grades.csv] [--force]
+    python -m autograder grade-all DIR [--workers N] [--out class_grades.csv] [--force]
     python -m autograder list
     python -m autograder profile SUBMISSION FUNCTION [--chip v5e] [--mesh 2x4] [--json]
     python -m autograder doctor

@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from ..core.compare import compare_values
+from ..core.compare import compare_values, values_message
 from ..core.problem import Case, Problem
 from ..core.program import Program
 from ..core.results import CheckResult, failed, passed
@@ -76,7 +76,8 @@ def numerics(problem: Problem, attempts: list[Attempt]) -> CheckResult:
     for a in attempts:
         if a.error is not None:
             return failed("numerics", f"{a.where(problem)}: {a.error}")
-        msg = compare_values(a.value, a.expected, problem.rtol, problem.atol) or a.copies_error
+        msg = values_message(compare_values(a.value, a.expected, problem.rtol, problem.atol),
+                             a.copies_error)
         if msg is not None:
             return failed("numerics", f"{a.where(problem)}: {msg}")
     layouts = list(dict.fromkeys(a.layout for a in attempts))
@@ -147,7 +148,7 @@ def big_case_values(problem: Problem, check: str, where: str, value: np.ndarray,
     compute that case's answer, else None. The big cases have public shapes, so a function that
     notices big inputs and skips the work would otherwise buy the memory or speed share: only a
     program that computes the answer is measured."""
-    msg = compare_values(value, expected, problem.rtol, problem.atol) or copies
+    msg = values_message(compare_values(value, expected, problem.rtol, problem.atol), copies)
     if msg is None:
         return None
     return failed(check, f"{where}: the program for this case does not compute the answer "

@@ -22,6 +22,7 @@ from ..core.compare import (
     copies_disagree,
     genuine_array,
     sharding_problem,
+    values_message,
 )
 from ..core.loader import load
 from ..core.meshes import make_mesh
@@ -260,9 +261,9 @@ def check(name: str, fn, *, layouts=((2, 4), (4, 2), (1, 8), (8, 1)), cases: int
                 raise AssertionError(f"{where}: {e}") from None
             msg = compare_values(np.asarray(jax.device_get(out)), want, spec["rtol"],
                                  spec["atol"])
-            if msg is None and spec["uses_mesh"]:
-                msg = (copies_disagree(out, mesh, spec["rtol"], spec["atol"])
-                       or sharding_problem(out, mesh, out_spec))
+            if spec["uses_mesh"]:
+                msg = values_message(msg, copies_disagree(out, mesh, spec["rtol"], spec["atol"]))
+                msg = msg or sharding_problem(out, mesh, out_spec)
             if msg is None and rules and args is runs[0][0]:  # structure: once per mesh
                 msg = _structure(rules, f, placed, static, mesh, problem(name), args)
             if msg is not None:

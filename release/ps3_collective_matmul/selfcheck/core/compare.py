@@ -5,6 +5,8 @@ numerics and sharding checks and bundled into each assignment's public self-chec
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 
 
@@ -103,3 +105,11 @@ def sharding_problem(out, mesh, spec) -> str | None:
     found_s = describe_spec(found) if found is not None else repr(got)
     return (f"expected the output sharded as {describe_spec(spec)}, found {found_s}. "
             "Look with: print(out.sharding); jax.debug.visualize_array_sharding(out)")
+
+
+def values_message(differ: Optional[str], copies: Optional[str]) -> Optional[str]:
+    """What is wrong with an output: devices holding different copies of one block is said
+    first (a missing sharing phase, say), with the host's copy's difference after it."""
+    if copies and differ:
+        return f"{copies}; the copy the host reads: {differ}"
+    return copies or differ
