@@ -16,6 +16,7 @@ from autograder.core.errors import cap_lines
 from autograder.core.loader import load
 from autograder.core.results import CheckResult, FunctionResult
 from autograder.course import checks, registry
+from autograder.course.reading import Paths
 from autograder.supervisor import local as in_process
 
 GRADED = frozenset(p.name for p in registry.problems())
@@ -184,8 +185,8 @@ def test_a_failing_ring_rule_leads_with_the_fix(root):
 
 
 def _attempts(layouts):
-    return [checks.Attempt(mesh=l, layout=l, case=None, program=types.SimpleNamespace(
-        uses_shard_map=False)) for l in layouts]
+    return [checks.Attempt(mesh=l, layout=l, case=None, paths=Paths([((), types.SimpleNamespace(
+        uses_shard_map=False))])) for l in layouts]
 
 
 def test_structure_names_the_mesh_of_each_clause():
@@ -222,7 +223,7 @@ def local():
 def test_a_single_device_function_hears_nothing_of_meshes(local):
     prob, case = local
     atts = _attempts([(2, 4)])
-    atts[0].program.uses_shard_map = True
+    atts[0].paths.programs[0][1].uses_shard_map = True
     atts[0].case = case
     texts = [checks.structure(prob, atts).message, atts[0].where(prob),
              checks.memory(prob, 9 << 20, 1 << 20, "two copies of x",

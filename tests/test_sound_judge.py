@@ -162,7 +162,6 @@ def test_branches_counted_per_device_and_never_taken_ones_dropped():
 def test_a_decoy_all_to_all_does_not_carry_the_tokens():
     import jax
     import jax.numpy as jnp
-    from jax.sharding import PartitionSpec as P
 
     from autograder.course import registry
     from autograder.course.references import ps2_moe as ref
@@ -219,6 +218,7 @@ def _speed_program(problem, fn):
     from jax.sharding import NamedSharding
 
     from autograder.core.meshes import make_mesh
+    from autograder.course.reading import export_for_reading
     from autograder.tpumodel import chips
     from autograder.tpumodel.api import compile_partitioned
     from autograder.tpumodel.cost import Geometry, build_tasks
@@ -230,17 +230,10 @@ def _speed_program(problem, fn):
     case = problem.case(np.random.default_rng(0), *layout, "speed")
     args = [a if s is None else jax.device_put(a, NamedSharding(mesh, s))
             for a, s in zip(case.args, problem.in_specs)]
-    dynamic = [a for a, s in zip(args, problem.in_specs) if s is not None]
-    static = {i: a for i, (a, s) in enumerate(zip(args, problem.in_specs)) if s is None}
     f = functools.partial(fn, mesh=mesh) if problem.uses_mesh else fn
-
-    def bound(*dyn):
-        it = iter(dyn)
-        return f(*[static[i] if i in static else next(it) for i in range(len(args))])
-
-    exported = jax.export.export(jax.jit(bound))(*dynamic)
+    exported, dynamic = export_for_reading(f, args, problem.static_argnums)
     program = pinned(exported, trip_counts(exported, dynamic)).call
-    out = jax.eval_shape(bound, *dynamic)
+    out = exported.out_avals[0]
     split = 1
     for ax in (a for part in problem.out_spec if part for a in (
             part if isinstance(part, tuple) else (part,))):

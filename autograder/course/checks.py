@@ -10,7 +10,7 @@ import numpy as np
 
 from ..core.compare import compare_values, values_message
 from ..core.problem import Case, Problem
-from ..core.program import Program
+from .reading import Paths
 from ..core.results import CheckResult, failed, passed
 from .rules.base import CLAUSES
 
@@ -27,18 +27,9 @@ class Attempt:
     sharding_error: Optional[str] = None  # None: layout right
     copies_error: Optional[str] = None  # None: every device's copy of each block agrees
     error: Optional[str] = None  # what went wrong before there was an output
-    program: Optional[Program] = None
-    #: the program as each group of devices ran it, (device ids, Program): one entry when
-    #: every device ran the same loops and branches as often, else one per distinct path
-    programs: list = field(default_factory=list)
-    #: why the program's structure could not be read (its loops could not be counted)
-    program_error: Optional[str] = None
-
-    def device_programs(self) -> list:
-        """``(devices, Program)`` pairs to judge: every distinct path, or the one program."""
-        if self.programs:
-            return list(self.programs)
-        return [((), self.program)] if self.program is not None else []
+    #: the program as each group of devices ran it, or why it could not be read
+    #: (:mod:`autograder.course.reading`); None where it was not read
+    paths: Optional[Paths] = None
 
     def where(self, problem: Problem) -> str:
         return where(problem, self.layout, self.case)
@@ -103,29 +94,21 @@ def structure(problem: Problem, attempts: list[Attempt]) -> CheckResult:
     """The problem's rules on every program read, and on every device's path through it where
     the devices ran different loop counts or branches (each must pass)."""
     for a in attempts:
-        if a.program_error is not None:
+        if a.paths is not None and a.paths.error is not None:
             on = where(problem, a.layout)
-            return failed("structure", f"{on}: {a.program_error}" if on else a.program_error)
-    traced = [a for a in attempts if a.device_programs()]
+            return failed("structure", f"{on}: {a.paths.error}" if on else a.paths.error)
+    traced = [a for a in attempts if a.paths is not None and a.paths.programs]
     if not traced:
         return failed("structure", "the program could not be traced")
     seen: dict[str, list] = {}  # each clause of the rules' findings -> the meshes it holds on
     for a in traced:
-        paths = a.device_programs()
-        for devices, prog in paths:
-            for rule in problem.rules:
-                res = rule(prog, a.mesh, problem)
-                if res is None:
-                    continue
-                if not res.passed:
-                    on = where(problem, a.layout)
-                    if len(paths) > 1:
-                        ids = ", ".join(map(str, devices))
-                        on += (f" (device{'s' * (len(devices) > 1)} {ids}: the devices ran "
-                               "different loop counts or branches, and each path is judged)")
-                    return failed("structure", f"{on}: {res.message}" if on else res.message)
-                for clause in res.message.split(CLAUSES):
-                    seen.setdefault(clause, []).append(a.layout)
+        for devices, res in a.paths.judge(problem.rules, a.mesh, problem):
+            if not res.passed:
+                on = " ".join(w for w in (where(problem, a.layout),
+                                          f"({devices})" if devices else "") if w)
+                return failed("structure", f"{on}: {res.message}" if on else res.message)
+            for clause in res.message.split(CLAUSES):
+                seen.setdefault(clause, []).append(a.layout)
     return passed("structure", group_by_mesh(seen, problem) or "no rules")
 
 

@@ -33,7 +33,6 @@ from ..core.meshes import make_mesh
 from ..core.problem import Case, Problem
 from ..core.records import ArgSpec, ExportRequest, spec_of
 from ..core.results import CheckResult, FunctionResult, failed, skipped
-from ..core.stablehlo import program_from_exported
 from ..course import checks
 from .artifacts import Artifact, ArtifactError, load_artifact
 from .reuse import VerdictStore, artifact_digest, function_key
@@ -500,8 +499,7 @@ def read_structure(att: checks.Attempt, exported, mesh, compiled_text: str, dyna
         raise
     except Exception as e:  # noqa: BLE001 - the reader and its instrumented copy are ours
         raise GraderFault(f"reading the program's structure: {type(e).__name__}: {e}") from e
-    att.programs, att.program_error = paths.programs, paths.error
-    att.program = paths.programs[0][1] if paths.programs else None
+    att.paths = paths
 
 
 def gather_attempts(programs: Programs) -> list[checks.Attempt]:

@@ -49,11 +49,6 @@ _MONOLITHIC = {
 VARIANTS = ("allgather", "allreduce", "reducescatter", "mlp")
 
 
-def _runs(op: Op) -> int:
-    """How many times an op runs (the rule has refused unknown counts before it adds any up)."""
-    return 1 if op.count is None else op.count
-
-
 def _scalar(op: Op) -> bool:
     """A scalar collective (an axis size, a flag): not array data."""
     return all(_prod(s) <= 1 for s in op.in_shapes)
@@ -211,7 +206,7 @@ def ring_rule(variant: str, *, bidirectional: bool = False):
 
         # -- chunks interleaved with partial matmuls --------------------------------------
         dots = [o for o in prog.ops if o.prim == "dot_general" and o.count != 0]
-        n_dots = sum(_runs(o) for o in dots)
+        n_dots = sum(o.runs for o in dots)
         unknown = [o for o in dots + perms + psums if o.count is None]
         if unknown:
             return _fail(f"run the ring a known number of steps (a Python for, or fori_loop / "
@@ -219,7 +214,7 @@ def ring_rule(variant: str, *, bidirectional: bool = False):
                          f"{_describe(unknown[0], ny)} runs depends on the data, so the "
                          f"chunks and matmuls cannot be counted.")
         if variant == "allreduce" and not perms:
-            n_chunks = sum(_runs(o) for o in psums)
+            n_chunks = sum(o.runs for o in psums)
             if n_chunks < 2:
                 return _fail(f"reduce the output in several tiles, one psum each; found "
                              f"{n_chunks} psum.")
@@ -235,7 +230,7 @@ def ring_rule(variant: str, *, bidirectional: bool = False):
 
         # -- bytes ---------------------------------------------------------------------
         notes = []
-        total = sum(_runs(o) * o.in_bytes for o in perms)
+        total = sum(o.runs * o.in_bytes for o in perms)
         budget, per_op, need = ring_budget(variant, nx, ny, arg_info, out_info,
                                            ring=bool(perms))
         unit = per_op or (budget / (2 * (ny - 1)) if budget else None)
@@ -259,7 +254,7 @@ def ring_rule(variant: str, *, bidirectional: bool = False):
                 fwd = back = 0.0
                 for o in perms:
                     s = o.shift(ny)
-                    b = _runs(o) * o.in_bytes
+                    b = o.runs * o.in_bytes
                     if s == {1}:
                         fwd += b
                     elif s == {ny - 1}:

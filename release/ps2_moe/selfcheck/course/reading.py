@@ -14,9 +14,10 @@ judge the same program the same way.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 from ..core.program import Program
+from ..core.results import CheckResult
 from ..core.stablehlo import has_control_flow, program_from_exported
 
 
@@ -28,6 +29,18 @@ class Paths:
 
     programs: list = field(default_factory=list)
     error: Optional[str] = None
+
+    def judge(self, rules, mesh, problem) -> Iterator[tuple[str, CheckResult]]:
+        """``(where, result)`` of every rule that applies, on every device path: ``where``
+        names the devices when they ran different paths (each path must pass), else ''."""
+        for devices, prog in self.programs:
+            where = "" if len(self.programs) == 1 else (
+                f"device{'s' * (len(devices) > 1)} {', '.join(map(str, devices))}: the devices "
+                "ran different loop counts or branches, and each path is judged")
+            for rule in rules:
+                res = rule(prog, mesh, problem)
+                if res is not None:
+                    yield where, res
 
 
 def count_error_text(e: Exception) -> str:

@@ -65,6 +65,13 @@ class Op:
         p = self.params.get("perm")
         return tuple(tuple(x) for x in p) if p is not None else None
 
+    @property
+    def runs(self) -> int:
+        """How many times the op ran: its count (0 for a loop or branch that never ran), or
+        once where the count is unknown (rules that must not pass on an unknown count check
+        ``count is None`` themselves)."""
+        return 1 if self.count is None else self.count
+
     def shift(self, axis_size: int) -> set[int]:
         """The ring shifts (dst - src mod n) a ppermute uses."""
         if self.perm is None:
@@ -249,12 +256,6 @@ def signed_shift(s: int, n: int) -> str:
     return f"{d:+d}"
 
 
-def _runs(op: Op) -> int:
-    """How many times ``op`` ran: its count (0 for a loop or branch that never ran), or once
-    where the count is unknown."""
-    return 1 if op.count is None else op.count
-
-
 @dataclass
 class Program:
     """A flattened view of a traced function: every op in program order, loops expanded by count."""
@@ -284,11 +285,11 @@ class Program:
 
     def count(self, prim_or_kind: str) -> int:
         """Dynamic count (loops multiplied out; unknown trip counts count once)."""
-        return sum(_runs(o) for o in self.ops if prim_or_kind in (o.prim, o.kind))
+        return sum(o.runs for o in self.ops if prim_or_kind in (o.prim, o.kind))
 
     def bytes_moved(self, kind: str, axis: str | None = None) -> int:
         """Operand bytes handed to collectives of ``kind``, loops multiplied out."""
-        return sum(_runs(o) * o.in_bytes for o in self.collectives(kind, axis))
+        return sum(o.runs * o.in_bytes for o in self.collectives(kind, axis))
 
     def has_unknown_loops(self) -> bool:
         return any(o.count is None for o in self.ops)
@@ -296,7 +297,7 @@ class Program:
     def primitive_counts(self) -> Counter:
         c: Counter = Counter()
         for o in self.ops:
-            c[o.prim] += _runs(o)
+            c[o.prim] += o.runs
         return c
 
     def compiled_collectives(self) -> list[str]:

@@ -198,14 +198,9 @@ def _structure(rules, f, placed, static, mesh, prob, inputs) -> str | None:
     paths = read_paths(exported, mesh if prob.uses_mesh else None, compiled, dynamic, inputs)
     if paths.error is not None:
         return f"structure: {paths.error}"
-    for devices, program in paths.programs:
-        for rule in rules:
-            res = rule(program, mesh, prob)
-            if res is not None and not res.passed:
-                on = (f" (devices {', '.join(map(str, devices))}: they ran different loop "
-                      "counts or branches, and each path is judged)"
-                      if len(paths.programs) > 1 else "")
-                return f"structure{on}: {res.message}"
+    for devices, res in paths.judge(rules, mesh, prob):
+        if not res.passed:
+            return f"structure{f' ({devices})' if devices else ''}: {res.message}"
     return None
 
 

@@ -80,11 +80,11 @@ def no_activation_gather_over_x(prog, mesh, problem):
     big = _activation_bytes(prog, mesh)
     others = [o for o in prog.collectives() if _over_x(o) and o.count != 0
               and o.kind not in ("all_to_all", "ragged_all_to_all")]
-    total = sum(delivered_bytes(o, mesh) * (1 if o.count is None else o.count) for o in others)
+    total = sum(delivered_bytes(o, mesh) * o.runs for o in others)
     rows_in_loop = [o for o in others if o.count is None and o.out_shapes
                     and len(o.out_shapes[0]) >= 2]
     if (big is not None and 2 * total >= big) or rows_in_loop:
-        worst = max(others, key=lambda o: delivered_bytes(o, mesh) * (o.count or 1))
+        worst = max(others, key=lambda o: delivered_bytes(o, mesh) * o.runs)
         shape = list(worst.out_shapes[0]) if worst.out_shapes else []
         runs = "an unknown number of times" if worst.count is None else f"x{worst.count}"
         return failed("structure", "tokens must travel to their experts with all_to_all; "
@@ -127,7 +127,7 @@ def tokens_travel_all_to_all(prog, mesh, problem):
     if need is None:
         return passed("structure", "tokens travel with all_to_all over X (its bytes not "
                       "weighed: the input is not known here)")
-    got = sum(delivered_bytes(o, mesh) * (1 if o.count is None else o.count) for o in a2a)
+    got = sum(delivered_bytes(o, mesh) * o.runs for o in a2a)
     if 2 * got < need:
         return failed("structure", f"the tokens routed to other X-groups must travel with "
                       f"all_to_all: on this input a device sends {need / 2**10:.1f} KiB of "
