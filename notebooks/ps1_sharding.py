@@ -97,31 +97,35 @@ print(compiled_collectives(functools.partial(shard_average_jit, mesh=mesh), A))
 #
 # Before the exercise, one complete `shard_map`, to see the mechanics. The function you give it
 # runs once per device, on that device's tile only; `axis_index` tells it where it sits in the
-# mesh. Here every device reports its position and the smallest and largest value it holds, as a
-# `[1, 1, 3]` piece; `out_specs=P('X', 'Y')` lays the pieces out along the mesh axes, so the
-# global result is `[X, Y, 3]`.
+# mesh. Here every device adds `1000 * (its X position) + 100 * (its Y position)` to the values
+# it holds, so the result shows which device computed which part.
 
 # %%
-def what_i_hold(tile):
+def tag_with_position(tile):
     # `tile` is this device's [S/X, D/Y] piece of A.
-    where = 10 * jax.lax.axis_index("X") + jax.lax.axis_index("Y")
-    info = jnp.stack([where.astype(tile.dtype), tile.min(), tile.max()])
-    return info.reshape(1, 1, 3)
+    where = 1000 * jax.lax.axis_index("X") + 100 * jax.lax.axis_index("Y")
+    return tile + where.astype(tile.dtype)
 
 
-held = jax.shard_map(what_i_hold, mesh=mesh, in_specs=P("X", "Y"), out_specs=P("X", "Y"))(A)
-print("global result:", held.shape)
-for row in np.asarray(held).reshape(-1, 3):
-    x, y = divmod(int(row[0]), 10)
-    print(f"device at X={x}, Y={y} holds values {row[1]:.0f} .. {row[2]:.0f}")
+tagged = jax.shard_map(tag_with_position, mesh=mesh, in_specs=P("X", "Y"),
+                       out_specs=P("X", "Y"))(A)
+print("global result:", tagged.shape, "  each device's piece:",
+      tagged.addressable_shards[0].data.shape)
+print(np.asarray(tagged)[:, ::2])  # every second column, to keep it short
 
 # %% [markdown]
+# `out_specs` says how the devices' pieces are put side by side: with `P('X', 'Y')`, the pieces
+# of the X devices are stacked along dimension 0 and those of the Y devices along dimension 1.
+# So a piece of shape `[r, c]` on every device makes a global result of shape `[X*r, Y*c]`.
+# Here each piece has its tile's shape, so the result has `A`'s shape.
+#
 # ## Problem 1b: the same average with `shard_map`
 #
-# Now write `shard_average_shard_map(A, mesh)` with `jax.shard_map`. Inside, your function
-# receives one device's `[S/X, D/Y]` tile and returns that device's part of the output. Think
-# about what shape each device's output piece must have so that `out_specs=P('X', 'Y')`
-# assembles it into `[X, D]`. No collectives needed.
+# Now write `shard_average_shard_map(A, mesh)` with `jax.shard_map`. No collectives needed.
+# Before you write the body, work out on paper: what does one device hold, which part of the
+# `[X, D]` answer can it compute from that alone, and so what shape must its piece have for
+# `out_specs=P('X', 'Y')` to assemble exactly `[X, D]`? (A piece of the wrong shape still
+# runs: `check` then reports the shape it found.)
 #
 # `jax.shard_map(f, mesh=mesh, in_specs=..., out_specs=...)` returns a function of the global
 # arrays; it is traceable under `jax.jit` like any other.
@@ -140,12 +144,10 @@ for row in np.asarray(held).reshape(-1, 3):
 # Use `shard_map`; no collectives. `shift` is a Python `int` (the grader passes it as a static
 # argument) and can be any integer: zero, negative, or larger than a block.
 #
-# *Why `shard_map` here?* `jax.jit` can compute this too, with global-view code that keeps the
-# blocks apart; the speed check's baseline is such a program. This problem practises the local
-# view instead: inside `shard_map` your function sees only its own block, so the edges of what
-# it holds are the block's edges. Note that a plain `jnp.roll(A, shift, axis=0)` on the global
-# array does not do this: it moves rows across block boundaries, which gives a wrong answer *and*
-# needs communication.
+# *Think first:* `jax.jit` can compute this too, with global-view code; the speed check's
+# baseline is such a program. Why is the local view a natural fit here, and why would a plain
+# `jnp.roll(A, shift, axis=0)` on the global array be both wrong *and* need communication? The
+# picture below is a hint; `compiled_collectives` will show you the second part.
 
 # %%
 # A small picture of "within a block" (NumPy): 8 rows in 2 blocks (rows 0-3 and 4-7), as 2
@@ -159,6 +161,18 @@ print(np.hstack([rows, within, across]))
 # %% [solution] roll_diff
 
 # %% [check] roll_diff
+
+# %% [markdown]
+# How would your `roll_diff` run on a TPU? `tpu_profile` models it with the grader's own model,
+# at the grader's speed case, beside the jit baseline (whose code stays with the grader, since
+# it would give 1a away: only its modeled figures travel with this notebook). The speed check
+# holds the ratio to the limit printed above the exercise. Different ways of writing the same
+# roll can cost quite differently: try one that gathers rows with a computed index.
+
+# %%
+from selfcheck import tpu_profile
+
+tpu_profile("roll_diff", roll_diff, mesh)
 
 # %% [markdown]
 # ## Going further

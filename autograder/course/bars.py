@@ -151,7 +151,8 @@ def speed_line(problem: Problem, chip: str | None = None) -> str:
     where = f" at mesh {_mesh(problem.speed_layout)}" if problem.uses_mesh else ""
     modeled, measured = problem.threshold("tpu_model"), problem.threshold("tpu")
     shows = ("`tpu_profile` shows it" if problem.baseline_public else
-             "the grader models it: the baseline's code would give an answer away")
+             "`tpu_profile` shows it; the baseline's code would give an answer away, so its "
+             "modeled figures travel with the notebook instead")
     limit = f"**at most {modeled:g}**, modeled on TPU {chip or DEFAULT_CHIP} ({shows})"
     limit += (" or measured on a TPU" if measured == modeled
               else f"; measured on a TPU, at most {measured:g}")
