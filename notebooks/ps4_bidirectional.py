@@ -27,9 +27,14 @@
 # * the data moving in chunks, with partial matmuls between the sends, so each transfer has
 #   work to hide behind;
 # * both shifts in use, each carrying a fair share of the bytes: about half, at least a quarter;
-# * no more bytes than the one-way ring sends: for the all-gather at most `Y` blocks of `A`'s
-#   `[B/X, D/Y]` per device, for the reduce-scatter only output-block partial sums `[B/X, D/Y]`,
-#   `Y - 1` of them in all, for the all-reduce at most `2(Y - 1)` output tiles `[B/X, F/Y]`.
+# * no more bytes than the one-way ring needs. One rule for all three: **a ring may take `Y - 1`
+#   hops**, which is what carries every block or partial sum to where it is used, plus a quarter
+#   of a block of slack. So the reduce-scatter sends `Y - 1` output-block partial sums
+#   `[B/X, D/Y]` and the all-reduce `2(Y - 1)` output tiles `[B/X, F/Y]` (`Y - 1` to reduce,
+#   `Y - 1` to share). The all-gather alone is allowed one send more (`Y` blocks of `A`'s
+#   `[B/X, D/Y]`): a loop that multiplies and sends on every step passes its last block on after
+#   using it, a wasted send that no computation waits for. In the reduce-scatter an extra send is
+#   an extra *hop*: the finished sum arrives one step later, and everything waits for it.
 #
 # The "What the grader checks" cell before each problem gives the points, the byte budget at the
 # grading shape and the speed limit. With `Y = 2` both shifts reach the same neighbour, and with
@@ -43,16 +48,19 @@
 # * **All-gather matmul** (`A[B_X, D_Y] @ W[D, F_Y]`). Device `i` starts with block `i` of `A`'s
 #   columns. At each step it multiplies the block it holds by the rows of `W` with the same index
 #   (`jax.lax.dynamic_slice_in_dim`) and adds the product to its output tile, then passes the
-#   block to a neighbour. If blocks move to `j - 1`, after `s` steps device `i` holds block
-#   `(i + s) mod Y`. `Y` matmuls; `Y - 1` sends are enough.
+#   block to a neighbour. `Y` matmuls; `Y - 1` sends are enough.
 # * **Reduce-scatter matmul** (`T[B_X, F_Y] @ W2[F_Y, D] -> [B_X, D_Y]`). What travels is a
 #   running sum for one output block. At each step a device adds its own contribution to that
 #   block (`T`'s tile times the block's columns of `W2`) to the sum it just received and sends it
-#   on. If sums move to `j + 1`, device `i` works on block `(i - 1 - s) mod Y` at step `s`, so
-#   the sum for block `k` ends, complete, on device `k`. `Y - 1` sends of one output block each.
+#   on, so that the sum for block `k` ends, complete, on device `k`. `Y - 1` sends of one output
+#   block each.
 # * **All-reduce matmul** (`A[B_X, D_Y] @ W[D_Y, F] -> [B_X, F]`, replicated over `Y`). The
 #   reduce-scatter ring over output tiles `[B/X, F/Y]` (tile `k` complete on device `k`), then
 #   an all-gather ring that hands the finished tiles round until every device has all of them.
+#
+# Which block a device holds, or adds to, at step `s` is index algebra you will do yourself
+# below: draw the ring for `Y = 4` and follow one block. If you get it wrong, `check` says which
+# blocks of the output are wrong, which tells you which step's index is off.
 #
 # The two-way versions below split each of these rings in two.
 
@@ -102,21 +110,79 @@ B, D, F = 256, 512, 1024
 A = put(rng.standard_normal((B, D), dtype=np.float32), P("X", "Y"))
 
 # %% [markdown]
+# ## `ppermute`: sending to a neighbour
+#
+# Inside `shard_map`, `jax.lax.ppermute(x, 'Y', perm)` sends each device's `x` along the `'Y'`
+# axis. `perm` is a list of `(source, destination)` pairs of positions on the axis; every
+# device receives what its source sent (a device that is no one's destination receives zeros).
+# This course calls a ring by its **shift**, `destination - source` mod `Y`:
+#
+# * **shift `+1`**, "to the right": `perm = [(j, (j + 1) % Y) for j in range(Y)]`. Afterwards
+#   device `j` holds what its *left* neighbour `j - 1` had.
+# * **shift `-1`**, "to the left": `perm = [(j, (j - 1) % Y) for j in range(Y)]`. Afterwards
+#   device `j` holds what its right neighbour `j + 1` had.
+#
+# Below, each of the 4 devices along `'Y'` starts with its own position and sends it with
+# shift `+1`:
+
+# %%
+def to_the_right(x):
+    ny = jax.lax.axis_size("Y")  # a Python int inside shard_map
+    return jax.lax.ppermute(x, "Y", perm=[(j, (j + 1) % ny) for j in range(ny)])
+
+
+position = jax.device_put(jnp.arange(4.0), NamedSharding(mesh, P("Y")))
+print("before:", position)
+print("after a shift +1:", jax.shard_map(to_the_right, mesh=mesh, in_specs=P("Y"),
+                                         out_specs=P("Y"))(position))
+
+# %% [markdown]
+# ## Loops over the ring
+#
+# A ring runs a fixed number of steps, and any loop that says so is fine:
+#
+# * a **Python `for`** over `range(Y)` unrolls while JAX traces: the program holds one copy of
+#   the step per iteration. With `Y <= 8` that is small, and the grader counts every copy.
+# * **`jax.lax.fori_loop`** keeps one copy of the step. Its carry must have the same type on
+#   every iteration, and inside `shard_map` the type includes whether a value *varies* over a
+#   mesh axis. The output of a `ppermute` over `'Y'` varies over `'Y'`; a fresh `jnp.zeros(...)`
+#   does not, so a carry that starts as zeros and then receives a `ppermute`'s result fails with
+#   "manual axis types do not match". Mark the start value as varying with
+#   `jax.lax.pcast(value, 'Y', to='varying')`, as below (or pass `check_vma=False` to
+#   `jax.shard_map`, which turns the check off).
+#
+# The example sums every device's value round a shift `+1` ring, in a `fori_loop`:
+
+# %%
+def ring_sum(x):
+    ny = jax.lax.axis_size("Y")
+    right = [(j, (j + 1) % ny) for j in range(ny)]
+
+    def step(_, carry):
+        total, travelling = carry
+        travelling = jax.lax.ppermute(travelling, "Y", right)
+        return total + travelling, travelling
+
+    start = jax.lax.pcast(jnp.zeros(x.shape, x.dtype), "Y", to="varying")  # varies over 'Y'
+    total, _ = jax.lax.fori_loop(0, ny, step, (start, x))
+    return total
+
+
+print("ring sum on every device:", jax.shard_map(ring_sum, mesh=mesh, in_specs=P("Y"),
+                                                 out_specs=P("Y"))(position))
+
+# %% [markdown]
+# (This little ring sends `Y` times, one hop more than needed: with `total` starting at `x`
+# and `Y - 1` steps it gives the same answer. The byte budget above would notice.)
+#
 # ## The two-way schedule
 #
 # Cut device `i`'s block of `A` into a left half `L_i` and a right half `R_i`. Left halves
-# travel to the left, right halves to the right. After `s` steps device `i` holds `L_{i+s}` and
-# `R_{i-s}`; each meets the matching rows of `W`. The table for `Y = 4`:
-
-# %%
-ny = 4
-print("step | " + " | ".join(f"device {d:<6d}" for d in range(ny)))
-for step in range(ny):
-    print(f"  {step}  | " + " | ".join(f"L{(d + step) % ny} R{(d - step) % ny}      "
-                                       for d in range(ny)))
-print("each step: two half-size ppermutes, one per direction, next to two half-size matmuls")
-
-# %% [markdown]
+# travel to the left (shift `-1`), right halves to the right (shift `+1`); each meets the
+# matching rows of `W` on every device it passes. Before you write code, fill in on paper the
+# table for `Y = 4`: which left half and which right half does device `i` hold after `s` steps,
+# for `s = 0 .. 3`? Your formulas are the indices your `dynamic_slice_in_dim` calls need.
+#
 # Another valid plan sends *whole* blocks both ways and finishes in about `Y / 2` steps: fewer
 # steps (less latency), the same bytes. Either passes; pick one and make sure both directions
 # carry data.
@@ -183,7 +249,7 @@ tpu_profile("matmul_allreduce_bidirectional", matmul_allreduce_bidirectional, me
 # `T[B_X, F_Y] @ W2[F_Y, D] -> [B_X, D_Y]`. Split each output block in two halves and run two
 # rings of running sums in opposite directions. If sums turning right must reach block `k`'s
 # owner last, which block does device `i` add to at step `s`? And for sums turning left? The
-# total sent must stay `Y - 1` output blocks per device.
+# total sent must stay `Y - 1` output blocks per device (`Y - 1` hops, as above).
 
 # %% [solution] matmul_reducescatter_bidirectional
 

@@ -68,3 +68,50 @@ def test_a_hang_gets_the_same_verdicts_in_process_as_when_the_worker_is_killed(m
     monkeypatch.setattr(grading, "CALL_TIMEOUT", 2.0)
     res = grade("ps1", "hang_in_function", "roll_diff")
     assert not any(c.passed for c in res.checks), res.report()
+
+
+ENDLESS = r'''
+import os, sys
+from autograder.core.devices import setup_devices
+setup_devices()
+import jax, jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
+from autograder.public import check as public
+
+def python_loop(A, mesh):  # never stops tracing
+    while True:
+        pass
+
+def xla_loop(A, mesh):  # a while_loop in the compiled program that never ends
+    def body(b):
+        n = jax.lax.while_loop(lambda c: c[1] >= 0, lambda c: (c[0] + 1.0, c[1]),
+                               (jnp.float32(0), jnp.int32(1)))[0]
+        return b.mean(axis=0, keepdims=True) + 0 * n
+    return jax.shard_map(body, mesh=mesh, in_specs=P("X", "Y"), out_specs=P("X", "Y"))(A)
+
+for fn in (python_loop, xla_loop):
+    try:
+        public.check("shard_average_shard_map", fn, layouts=((2, 4),), cases=1,
+                     time_limit=3)
+        print("PASSED")
+    except AssertionError as e:
+        print("STOPPED", str(e).replace("\n", " "))
+sys.stdout.flush()
+os._exit(0)  # the endless compiled loop still runs in the background
+'''
+
+
+def test_the_self_check_ends_an_endless_loop():
+    """A student's endless loop, at trace time or inside the compiled program, ends check()
+    with a message within its time limit instead of hanging the notebook or pytest."""
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-c", ENDLESS], capture_output=True, text=True,
+                       timeout=300)
+    lines = [l for l in p.stdout.splitlines() if l.startswith(("STOPPED", "PASSED"))]
+    assert len(lines) == 2, p.stdout[-2000:] + p.stderr[-2000:]
+    trace, run = lines
+    assert trace.startswith("STOPPED") and "still running after 3 s" in trace, trace
+    assert run.startswith("STOPPED") and "its program still runs after 3 s" in run, run
+    assert "restart the kernel" in run

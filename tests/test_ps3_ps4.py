@@ -301,6 +301,26 @@ def test_an_extra_send_fails_on_every_draw_and_at_home():
             public.check("matmul_reducescatter", fn, cases=1, verbose=False, seed=seed)
 
 
+def test_a_two_way_ring_with_an_extra_hop_fails_on_every_draw_and_at_home():
+    """ps4's newcomer ring: both directions add and send on every step, the last included.
+    Right values, one output block too many sent: the grader fails its structure on every
+    seed, and the self-check fails it with the grader's message."""
+    from conftest import check_of, grade, load_fixture
+
+    from autograder.public import check as public
+
+    name = "matmul_reducescatter_bidirectional"
+    for seed in range(4):
+        res = grade("ps4", "send_every_step", name, seed=seed, quick=True)
+        assert check_of(res, "numerics").passed, res.report()
+        st = check_of(res, "structure")
+        assert not st.passed and "Y-1 = " in st.message, (seed, st.message)
+    fn = load_fixture("ps4", "send_every_step").function(name)
+    for seed in range(2):
+        with pytest.raises(AssertionError, match="structure: send only output-block"):
+            public.check(name, fn, cases=1, verbose=False, seed=seed)
+
+
 def test_shifts_are_printed_signed():
     from autograder.core.program import signed_shift
 

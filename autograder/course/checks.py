@@ -67,8 +67,10 @@ def numerics(problem: Problem, attempts: list[Attempt]) -> CheckResult:
     for a in attempts:
         if a.error is not None:
             return failed("numerics", f"{a.where(problem)}: {a.error}")
-        msg = values_message(compare_values(a.value, a.expected, problem.rtol, problem.atol),
-                             a.copies_error)
+        tiles = ((problem.out_spec, {"X": a.layout[0], "Y": a.layout[1]})
+                 if problem.uses_mesh else None)
+        msg = values_message(compare_values(a.value, a.expected, problem.rtol, problem.atol,
+                                            tiles=tiles), a.copies_error)
         if msg is not None:
             return failed("numerics", f"{a.where(problem)}: {msg}")
     layouts = list(dict.fromkeys(a.layout for a in attempts))

@@ -26,9 +26,13 @@ def genuine_array(out):
 
 
 def compare_values(got: np.ndarray, want: np.ndarray, rtol: float, atol: float, *,
-                   names: tuple[str, str] = ("expected", "found")) -> str | None:
+                   names: tuple[str, str] = ("expected", "found"),
+                   tiles: Optional[tuple] = None) -> str | None:
     """None if ``got`` matches ``want``; otherwise what differs, in one sentence (``names``: what
-    to call ``want`` and ``got`` in it)."""
+    to call ``want`` and ``got`` in it). ``tiles``: ``(spec, {axis: size})``, the output's
+    PartitionSpec and the mesh's axis sizes; the sentence then also says which of the blocks
+    the spec cuts the output into are wrong, when some are right (a wrong ring index shows
+    as a few wrong blocks)."""
     if tuple(got.shape) != tuple(want.shape):
         return f"expected shape {tuple(want.shape)}, found {tuple(got.shape)}"
     if got.dtype != want.dtype and not (np.issubdtype(got.dtype, np.floating)
@@ -46,8 +50,49 @@ def compare_values(got: np.ndarray, want: np.ndarray, rtol: float, atol: float, 
         return None
     idx = np.unravel_index(int(np.argmax(err - tol)), err.shape)
     nbad = int(np.sum(err > tol))
+    where = "" if tiles is None else wrong_blocks(err > tol, *tiles)
     return (f"{nbad} of {g.size} values differ; worst at index {tuple(int(i) for i in idx)}: "
-            f"{names[0]} {w[idx]:.6g}, {names[1]} {g[idx]:.6g}")
+            f"{names[0]} {w[idx]:.6g}, {names[1]} {g[idx]:.6g}{where}")
+
+
+#: how many wrong blocks a message names
+BLOCKS_NAMED = 4
+
+
+def wrong_blocks(bad: np.ndarray, spec, sizes: dict) -> str:
+    """'; wrong in k of n blocks ...' for the mask ``bad`` of wrong values, with the blocks as
+    ``spec`` cuts the output over a mesh of axis ``sizes``, each named by its slice and the
+    mesh position that holds it; '' when every block (or the only one) is wrong."""
+    entries = list(spec) + [None] * (bad.ndim - len(tuple(spec)))
+    parts, names = [], []
+    for entry, n in zip(entries, bad.shape, strict=True):
+        axes = () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
+        k = int(np.prod([sizes.get(a, 1) for a in axes])) if axes else 1
+        if k < 1 or n % k:
+            return ""
+        parts.append(k)
+        names.append(axes[0] if len(axes) == 1 else None)
+    total = int(np.prod(parts))
+    if total <= 1:
+        return ""
+    wrong = []
+    for block in np.ndindex(*parts):
+        sl = tuple(slice(b * (n // k), (b + 1) * (n // k))
+                   for b, n, k in zip(block, bad.shape, parts, strict=True))
+        if bad[sl].any():
+            wrong.append((block, sl))
+    if not wrong or len(wrong) == total:
+        return ""
+    shown = []
+    for block, sl in wrong[:BLOCKS_NAMED]:
+        held = ", ".join(f"{a}={b}" for a, b, k in zip(names, block, parts, strict=True)
+                         if a is not None and k > 1)
+        text = "[" + ", ".join(f"{s.start}:{s.stop}" if k > 1 else ":"
+                               for s, k in zip(sl, parts, strict=True)) + "]"
+        shown.append(f"{text}{f' ({held})' if held else ''}")
+    more = f" and {len(wrong) - BLOCKS_NAMED} more" if len(wrong) > BLOCKS_NAMED else ""
+    return (f"; wrong in {len(wrong)} of the {total} blocks the output spec cuts it into: "
+            f"{', '.join(shown)}{more}; the others are right")
 
 
 def _position(mesh, device) -> str:

@@ -10,8 +10,11 @@ The grader also checks memory and speed at bigger shapes, on inputs of its own.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
+import signal
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -31,7 +34,8 @@ from ..course.reading import export_for_reading, read_paths
 #: name -> {'args', 'in_specs', 'out_spec', 'uses_mesh', 'case', 'edges', 'reference', 'rtol',
 #: 'atol', 'hidden', 'baseline', 'limit', 'memory'}; 'case', 'edges' (or None), 'reference' and
 #: 'baseline' (or None: none, or one kept with the grader) are [module relative to this package,
-#: function name]; 'limit' is the speed limit on the modeled TPU (None without a speed check);
+#: function name]; 'baseline_model' holds a kept baseline's modeled figures (or None);
+#: 'limit' is the speed limit on the modeled TPU (None without a speed check);
 #: 'memory' is the grader's memory bar, {'layout': [x, y], 'bound': bytes, 'what': why}, or None
 PUBLIC: dict = {}
 
@@ -65,8 +69,17 @@ def _function(where) -> object:
     return getattr(importlib.import_module(module, ROOT), name)
 
 
-def public_entry(problem) -> dict:
-    """The JSON-able public description of a registry problem."""
+def public_entry(problem, *, figures: bool = False) -> dict:
+    """The JSON-able public description of a registry problem. ``figures``: for a baseline
+    kept with the grader, also its modeled TPU figures at the speed case
+    (:func:`autograder.tpumodel.profile.baseline_figures`), which ``tpu_profile`` compares with."""
+    hidden = problem.baseline is not None and not problem.baseline_public
+    if hidden and figures:
+        from ..tpumodel.profile import baseline_figures
+
+        modeled = baseline_figures(problem)
+    else:
+        modeled = None
     return {
         "args": list(problem.arg_names),
         "in_specs": [None if s is None else list(s) for s in problem.in_specs],
@@ -81,6 +94,7 @@ def public_entry(problem) -> dict:
         "rules": [encode_rule(r) for r in problem.rules],
         "baseline": (_where(problem.baseline) if problem.baseline is not None
                      and problem.baseline_public else None),
+        "baseline_model": modeled,
         "limit": None if problem.baseline is None else problem.threshold("tpu_model"),
         "memory": memory_entry(problem),
     }
@@ -142,6 +156,8 @@ class PublicProblem:
     make_case: Callable
     baseline: Optional[Callable]
     limit: Optional[float]
+    #: a baseline kept with the grader, as figures: {'layout': [x, y], 'chips': {chip: {...}}}
+    baseline_model: Optional[dict] = None
 
     @property
     def static_argnums(self) -> tuple[int, ...]:
@@ -180,7 +196,7 @@ def problem(name: str):
         out_spec=PartitionSpec(*spec["out_spec"]), uses_mesh=spec["uses_mesh"],
         make_case=_function(spec["case"]),
         baseline=None if spec.get("baseline") is None else _function(spec["baseline"]),
-        limit=spec.get("limit"))
+        limit=spec.get("limit"), baseline_model=spec.get("baseline_model"))
 
 
 #: what each check only the grader runs is about, as the self-check's last line names it
@@ -204,13 +220,63 @@ def _structure(rules, f, placed, static, mesh, prob, inputs) -> str | None:
     return None
 
 
+#: seconds one public case may take (tracing, compiling and running), as the grader's own
+#: per-function limit bounds an endless loop
+TIME_LIMIT_S = 120.0
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float, what: str):
+    """Stop Python code (tracing an endless Python loop, say) that runs past ``seconds``, with
+    an AssertionError; where no timer signal can be used (not the main thread) it says so."""
+    if threading.current_thread() is not threading.main_thread() or \
+            not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def stop(signum, frame):
+        raise AssertionError(f"{what}: still running after {seconds:g} s, the self-check's "
+                             "time limit (an endless loop?); the grader stops it the same way")
+
+    old = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _wait(out, seconds: float, what: str) -> None:
+    """Wait for the computation behind ``out`` (dispatched asynchronously) for ``seconds`` at
+    most: a loop inside the compiled program (an endless ``while_loop``) never returns to
+    Python, so it is polled rather than awaited."""
+    import time
+
+    ready = getattr(out, "is_ready", None)
+    if ready is None:
+        return
+    end = time.monotonic() + seconds
+    pause = 0.001
+    while not ready():
+        if time.monotonic() > end:
+            raise AssertionError(
+                f"{what}: its program still runs after {seconds:g} s, the self-check's time "
+                "limit (a loop in the compiled program that never ends?). It keeps running in "
+                "the background: restart the kernel before you check again")
+        time.sleep(pause)
+        pause = min(0.05, pause * 2)
+
+
 def check(name: str, fn, *, layouts=((2, 4), (4, 2), (1, 8), (8, 1)), cases: int = 2,
-          verbose: bool = True, seed: int | None = None) -> None:
+          verbose: bool = True, seed: int | None = None,
+          time_limit: float = TIME_LIMIT_S) -> None:
     """Raise AssertionError with an explanation unless ``fn`` passes the public cases.
 
     The cases are drawn afresh on every call, as the grader draws its own from a secret seed
     (a program that passes on one draw and fails on another is found); ``seed`` draws the same
-    ones again, and a failure names it."""
+    ones again, and a failure names it. Each case may take ``time_limit`` seconds (an endless
+    loop ends the check with a message instead of hanging it)."""
     import secrets
 
     import jax
@@ -249,13 +315,16 @@ def check(name: str, fn, *, layouts=((2, 4), (4, 2), (1, 8), (8, 1)), cases: int
                      + ", ".join(f"{k}={list(a.shape) if hasattr(a, 'shape') else a}"
                                  for k, a in zip(spec["args"], args)) + label)
             f = functools.partial(fn, mesh=mesh) if spec["uses_mesh"] else fn
-            out = jax.jit(f, static_argnums=static)(*placed)
+            with _time_limit(time_limit, where):
+                out = jax.jit(f, static_argnums=static)(*placed)
             try:
                 out = genuine_array(out)
             except TypeError as e:
                 raise AssertionError(f"{where}: {e}") from None
+            _wait(out, time_limit, where)
+            tiles = (out_spec, {"X": x, "Y": y}) if spec["uses_mesh"] else None
             msg = compare_values(np.asarray(jax.device_get(out)), want, spec["rtol"],
-                                 spec["atol"])
+                                 spec["atol"], tiles=tiles)
             if spec["uses_mesh"]:
                 msg = values_message(msg, copies_disagree(out, mesh, spec["rtol"], spec["atol"]))
                 msg = msg or sharding_problem(out, mesh, out_spec)
@@ -268,7 +337,8 @@ def check(name: str, fn, *, layouts=((2, 4), (4, 2), (1, 8), (8, 1)), cases: int
     if verbose:
         hidden = [HIDDEN[c] for c in spec.get("hidden", ()) if c in HIDDEN]
         tools = [t for c, t in (("memory", "memory_profile"), ("speed", "tpu_profile"))
-                 if c in spec.get("hidden", ()) and (c != "speed" or spec.get("baseline"))]
+                 if c in spec.get("hidden", ())
+                 and (c != "speed" or spec.get("baseline") or spec.get("baseline_model"))]
         also = (f" The grader also checks {', '.join(hidden[:-1])}"
                 f"{' and ' if len(hidden) > 1 else ''}{hidden[-1]} at bigger shapes"
                 + (f" ({' and '.join(tools)} show{'s' if len(tools) == 1 else ''} "

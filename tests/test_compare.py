@@ -1,0 +1,55 @@
+"""Value messages name the wrong blocks of a sharded output, so a wrong ring index is found."""
+import numpy as np
+import pytest
+from jax.sharding import PartitionSpec as P
+
+from autograder.core.compare import compare_values, values_message
+
+SIZES = {"X": 2, "Y": 4}
+
+
+def _one_wrong_block():
+    want = np.ones((8, 16), np.float32)
+    got = want.copy()
+    got[4:8, 8:12] = 3.0
+    return got, want
+
+
+def test_a_wrong_block_is_named_with_the_device_that_holds_it():
+    got, want = _one_wrong_block()
+    msg = compare_values(got, want, 1e-5, 1e-5, tiles=(P("X", "Y"), SIZES))
+    assert msg.startswith("16 of 128 values differ")
+    assert "wrong in 1 of the 8 blocks" in msg and "[4:8, 8:12] (X=1, Y=2)" in msg
+    assert msg.endswith("the others are right")
+
+
+def test_a_replicated_dimension_is_one_block():
+    got, want = _one_wrong_block()
+    msg = compare_values(got, want, 1e-5, 1e-5, tiles=(P("X", None), SIZES))
+    assert "wrong in 1 of the 2 blocks" in msg and "[4:8, :] (X=1)" in msg
+
+
+@pytest.mark.parametrize("tiles", [None, (P("X", "Y"), {"X": 1, "Y": 1})])
+def test_no_block_sentence_without_blocks(tiles):
+    got, want = _one_wrong_block()
+    assert "blocks" not in compare_values(got, want, 1e-5, 1e-5, tiles=tiles)
+
+
+def test_no_block_sentence_when_every_block_is_wrong():
+    want = np.ones((8, 16), np.float32)
+    msg = compare_values(want * 0, want, 1e-5, 1e-5, tiles=(P("X", "Y"), SIZES))
+    assert "blocks" not in msg and msg.startswith("128 of 128 values differ")
+
+
+def test_many_wrong_blocks_are_counted_not_all_listed():
+    want = np.ones((8, 16), np.float32)
+    got = want.copy()
+    got[:, :12] = 0.0  # 6 of 8 blocks
+    msg = compare_values(got, want, 1e-5, 1e-5, tiles=(P("X", "Y"), SIZES))
+    assert "wrong in 6 of the 8 blocks" in msg and "and 2 more" in msg
+
+
+def test_devices_that_disagree_come_first():
+    assert values_message("3 of 8 values differ", "devices disagree") == (
+        "devices disagree; the copy the host reads: 3 of 8 values differ")
+    assert values_message(None, None) is None
