@@ -25,7 +25,15 @@ c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 from autograder.classroom.nbgrader_plugin import configure  # noqa: E402
 
 configure(c)
-c.GradeInSandbox.cell_timeout = 300
+# Grading options (the same as grade-all's; see README "The instructor's term"). Every hand-in of
+# this course folder is graded on one secret seed, drawn once and kept in .autograder/seed,
+# which `python -m autograder grade-all` on this folder uses too: both paths give one grade.
+# c.GradeInSandbox.seed = 1234            # fix it instead (to reproduce a verdict)
+# c.GradeInSandbox.quick = False          # fewer meshes and cases
+# c.GradeInSandbox.with_speed = True      # the speed check
+c.GradeInSandbox.function_timeout = 150   # seconds per graded function
+c.GradeInSandbox.load_timeout = 120       # seconds to load one hand-in
+c.GradeInSandbox.cell_timeout = 150       # seconds per cell when the notebook runs for feedback
 # `nbgrader validate` still executes the instructor's own notebooks in a kernel.
 c.Execute.timeout = 900
 c.Execute.allow_errors = True

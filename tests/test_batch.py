@@ -225,3 +225,78 @@ def test_gradebook_grades_equal_the_csv(graded, tmp_path):
     exported = {(r["student_id"], r["assignment"]): (float(r["score"]), float(r["max_score"]))
                 for r in csv.DictReader(open(export))}
     assert exported == _csv_totals(out)
+
+
+# ------------------------------------------------------------------ one seed per class
+def test_a_course_folder_keeps_one_seed_for_both_grading_paths(tmp_path):
+    """grade-all on an nbgrader course folder and nbgrader autograde's GradeInSandbox draw
+    the same seed (the course's own, kept in .autograder/seed); a flat folder gets a fresh one
+    per run; a seed fixed in nbgrader_config.py wins."""
+    from traitlets.config import Config
+
+    from autograder.classroom.batch import class_seed
+    from autograder.classroom.nbgrader_plugin import GradeInSandbox
+    from autograder.classroom.seed import SEED_FILE, course_seed
+
+    course = tmp_path / "course"
+    (course / "submitted").mkdir(parents=True)
+    (course / "nbgrader_config.py").write_text("")
+    seed = class_seed(course)
+    assert seed == class_seed(course / "submitted") == course_seed(course)
+    assert (course / SEED_FILE).stat().st_mode & 0o077 == 0  # the instructor's alone
+
+    cfg = Config()
+    cfg.CourseDirectory.root = str(course)
+    cfg.GradeInSandbox.function_timeout = 40.0
+    step = GradeInSandbox(config=cfg)
+    opts = step.options("ps1_sharding", ["roll_diff"])
+    assert opts.seed == seed and opts.limits.per_function_s == 40.0 and opts.folder
+    cfg.GradeInSandbox.seed = 7
+    assert GradeInSandbox(config=cfg).options("ps1_sharding", ["roll_diff"]).seed == 7
+
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    assert class_seed(flat) != class_seed(flat)  # fresh draws (63 bits: never equal)
+    assert not (flat / SEED_FILE).exists()
+
+
+def test_a_corrupt_seed_file_is_named(tmp_path):
+    from autograder.classroom.seed import SEED_FILE, course_seed
+
+    (tmp_path / SEED_FILE).parent.mkdir()
+    (tmp_path / SEED_FILE).write_text("not a number")
+    with pytest.raises(ValueError, match="delete it"):
+        course_seed(tmp_path)
+
+
+def test_a_renamed_notebook_is_refused_for_a_look_as_nbgrader_does(tmp_path):
+    """A browser's 'ps1_sharding (1).ipynb' in the nbgrader layout: nbgrader autograde refuses
+    it, and so does grade-all, naming the file and the fix; it is not graded as a zero."""
+    src = CLASS / "submitted" / "alice" / "ps1_sharding" / "ps1_sharding.ipynb"
+    folder = tmp_path / "submitted" / "zoe" / "ps1_sharding"
+    folder.mkdir(parents=True)
+    shutil.copy(src, folder / "ps1_sharding (1).ipynb")
+    (item,) = discover(tmp_path)
+    assert item.assignment == "ps1_sharding"
+    assert "ps1_sharding (1).ipynb" in item.refused and "rename it" in item.refused
+    shutil.copy(src, folder / "ps1_sharding.ipynb")  # the right name next to it: graded
+    (item,) = discover(tmp_path)
+    assert item.refused is None and item.path.name == "ps1_sharding.ipynb"
+
+
+def test_one_student_is_graded_again_and_the_class_kept(graded):
+    """grade-all --student NAME: that student's hand-ins are graded again, every other report
+    is reused, and the CSV still lists the whole class; an unknown name grades nothing."""
+    from autograder.classroom.batch import UnknownStudent
+
+    out, before = graded
+    with pytest.raises(UnknownStudent, match="nobody"):
+        grade_all(CLASS, out=out / "grades.csv", opts=_opts(), progress=False,
+                  force=frozenset({"nobody"}))
+    outcomes = grade_all(CLASS, workers=2, out=out / "grades.csv", opts=_opts(),
+                         progress=False, force=frozenset({"alice"}))
+    fresh = sorted(o.item.student for o in outcomes if not o.skipped)
+    assert fresh == ["alice"]
+    assert {o.item.student for o in outcomes} == set(before)
+    rows = list(csv.DictReader((out / "grades.csv").open()))
+    assert {r["student"] for r in rows} == set(before)

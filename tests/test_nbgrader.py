@@ -147,3 +147,23 @@ def test_autograde_stopped_mid_run_leaves_no_process_behind(tmp_path, monkeypatc
     finally:
         if p.poll() is None:
             os.killpg(p.pid, 9)
+
+
+def test_untouched_locked_cells_raise_no_checksum_alarm(demo):
+    """nbgrader warns "Attribute 'checksum' ... has changed!" when a student edits a locked
+    cell; a hidden-test cell handed in as released must not trigger it (the course's
+    OverwriteReleasedCells), and the demo prints nbgrader's warnings for the instructor."""
+    course, out = demo
+    logs = list((course / "grading").glob("*/nbgrader.log"))
+    assert logs
+    for log in logs:
+        assert "Attribute 'checksum'" not in log.read_text(errors="replace"), log
+    assert "nbgrader's warnings while autograding" in out
+
+
+def test_the_demo_class_is_graded_on_one_seed(demo):
+    course, _ = demo
+    from autograder.classroom.seed import SEED_FILE
+
+    seeds = {p.read_text() for p in (course / "grading").glob(f"*/{SEED_FILE}")}
+    assert len(seeds) == 1 and (course / "course" / SEED_FILE).read_text() in seeds

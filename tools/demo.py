@@ -126,6 +126,17 @@ def grade_one(course: Path, student: str, asg: str) -> tuple:
     return scores(course, student, [asg])[asg]
 
 
+def nbgrader_warnings(logs: dict) -> str:
+    """What an instructor would read in nbgrader's own log: its warnings, per hand-in."""
+    lines = []
+    for (student, asg), log in logs.items():
+        text = log.read_text(errors="replace") if log.exists() else ""
+        lines += [f"  {student}/{asg}: {l.strip()}" for l in text.splitlines()
+                  if "WARNING" in l]
+    head = "nbgrader's warnings while autograding"
+    return f"{head}: none" if not lines else "\n".join([f"{head}:"] + lines)
+
+
 def nbgrader_api(course: Path):
     """nbgrader's Python API on a course directory (saves starting one program per step)."""
     os.chdir(course)
@@ -175,6 +186,11 @@ def main(argv=None) -> int:
         source_nb = nbformat.read(course / "source" / asg / f"{asg}.ipynb", as_version=4)
         for s in STUDENTS:
             hand_in(course, asg, s, source_nb, course / "release" / asg)
+    # one secret seed for the class (kept in course/.autograder/seed), copied into every
+    # private copy below: each hand-in is graded on the class's inputs, as in a real course
+    from autograder.classroom.seed import course_seed
+
+    course_seed(course)
     tasks = [(s, asg) for s in STUDENTS for asg in assignments]  # the heaviest (ada) first
     copies = {}
     for s, asg in tasks:
@@ -191,6 +207,7 @@ def main(argv=None) -> int:
         for sub in ("autograded", "feedback"):
             shutil.copytree(copies[s, asg] / sub / s / asg, course / sub / s / asg)
     (a.dir / "grades.json").write_text(json.dumps(grades, indent=2))
+    print(nbgrader_warnings({t: copies[t] / "nbgrader.log" for t in tasks}))
     report = write_class_report(course, a.dir / "class_report.html", tasks)
     print(f"[{time.time() - t0:5.0f}s] done. Feedback: {course / 'feedback'}\n")
     print(grade_table(grades, assignments))

@@ -85,6 +85,10 @@ def _pick_notebook(folder: Path, assignment: str) -> Optional[Path]:
     return (nbs or files)[0]
 
 
+class UnknownStudent(ValueError):
+    """``grade_all(force={...})`` named a student with no hand-in: said before any grading."""
+
+
 def discover(root: Path) -> list[Item]:
     """The submissions under ``root`` (nbgrader layout or a flat folder). A hand-in that is a
     link or not a regular file, and two hand-ins that map to the same student and assignment,
@@ -122,7 +126,14 @@ def discover(root: Path) -> list[Item]:
             nb = _pick_notebook(adir, adir.name)
             if nb is None:
                 continue
-            items.append(Item(sdir.name, a, nb, own_folder=True, refused=regular(nb)))
+            refused = regular(nb)
+            if refused is None and adir.name in known and nb.stem != adir.name:
+                # nbgrader autograde refuses a hand-in without the release's file name, so
+                # grade-all does too (one rule for both paths): listed for a look, not graded
+                refused = (f"{sdir.name}/{adir.name}/ holds no {adir.name}.ipynb (found "
+                           f"{nb.name!r}, renamed by a browser?): rename it to "
+                           f"{adir.name}.ipynb and grade again; nbgrader autograde refuses it too")
+            items.append(Item(sdir.name, a, nb, own_folder=True, refused=refused))
     return _refuse_clashes(items)
 
 
@@ -356,18 +367,28 @@ def write_outputs(outcomes: list[Outcome], csv_path: Path, reports: Path) -> Non
 
 
 def grade_all(root: Path, *, workers: int = 1, out: Optional[Path] = None,
-              reports: Optional[Path] = None, force: bool = False, opts=None,
+              reports: Optional[Path] = None, force: bool | frozenset = False, opts=None,
               progress: bool = True, warm: bool = True,
               scheduler: Optional[str] = None) -> list[Outcome]:
     """Grade every submission under ``root``: here, ``workers`` at a time, or, given a Dask
     ``scheduler`` address, as tasks on that cluster (:mod:`autograder.classroom.cluster`; ``workers``
-    is then unused). Either way this process alone writes the reports and the CSV."""
+    is then unused). Either way this process alone writes the reports and the CSV.
+    ``force``: True grades every hand-in again; a set of student names grades theirs again
+    (the others' verified reports are reused, so the CSV still lists the whole class)."""
     from ..supervisor.options import Options
     from ..supervisor.supervise import warm_cache
 
     opts = opts or Options()
     root = Path(root)
     items = discover(root)
+    if isinstance(force, (set, frozenset)):
+        unknown = sorted(force - {it.student for it in items})
+        if unknown:
+            raise UnknownStudent(f"no hand-in of student(s) {unknown} under {root}; "
+                                 f"known: {sorted({it.student for it in items})}")
+        forced = {it.key for it in items if it.student in force}
+    else:
+        forced = {it.key for it in items} if force else set()
     out = Path(out) if out else Path("class_grades.csv")
     reports = Path(reports) if reports else out.parent / "reports"
     reports.mkdir(parents=True, exist_ok=True)
@@ -395,16 +416,17 @@ def grade_all(root: Path, *, workers: int = 1, out: Optional[Path] = None,
             bar.update(1)
 
     # One secret seed for the whole run (unless the instructor fixed one): every submission
-    # is graded on the same unpredictable inputs, and identical programs are graded once.
-    run_seed = secrets.randbits(63)
+    # is graded on the same unpredictable inputs, and identical programs are graded once. An
+    # nbgrader course folder keeps its own, which `nbgrader autograde` uses too (.seed).
+    run_seed = class_seed(root) if opts.seed is None else opts.seed
     key = report_key(reports)
     try:
         if scheduler:
-            _grade_on_cluster(items, opts, reports, key, scheduler, force=force, seed=run_seed,
+            _grade_on_cluster(items, opts, reports, key, scheduler, forced=forced, seed=run_seed,
                               record=record)
         else:
             with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-                futs = {pool.submit(grade_one, it, opts, reports, key, force=force,
+                futs = {pool.submit(grade_one, it, opts, reports, key, force=it.key in forced,
                                     seed=run_seed): it for it in items}
                 for fut in as_completed(futs):
                     it = futs[fut]
@@ -423,13 +445,22 @@ def grade_all(root: Path, *, workers: int = 1, out: Optional[Path] = None,
     return outcomes
 
 
+def class_seed(root: Path) -> int:
+    """The seed a class run draws its inputs from: the course's own (:mod:`.seed`) for an
+    nbgrader course folder, so both grading paths agree; a fresh one for a flat folder."""
+    from .seed import course_root, course_seed
+
+    course = course_root(root)
+    return secrets.randbits(63) if course is None else course_seed(course)
+
+
 def class_report_path(csv_path: Path) -> Path:
     """Where grade-all puts the class report: next to its CSV."""
     return Path(csv_path).parent / "class_report.html"
 
 
 def _grade_on_cluster(items: list[Item], opts, reports: Path, key: bytes, scheduler: str, *,
-                      force: bool, seed: int, record) -> None:
+                      forced: set, seed: int, record) -> None:
     """The cluster path of :func:`grade_all`: reports reused here, the rest graded as Dask
     tasks, each result signed and written here as it arrives."""
     from .cluster import grade_on_cluster
@@ -441,7 +472,7 @@ def _grade_on_cluster(items: list[Item], opts, reports: Path, key: bytes, schedu
             record(_not_graded(it, f"refused: {it.refused}"))
             continue
         fps[it] = fingerprint(it, opts)
-        old = None if force else _reuse(it, fps[it], reports, key)
+        old = None if it.key in forced else _reuse(it, fps[it], reports, key)
         if old is not None and not old.report.get("needs_regrade"):
             record(old)
         else:

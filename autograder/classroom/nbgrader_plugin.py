@@ -22,7 +22,8 @@ from pathlib import Path
 
 import nbformat
 from nbgrader import utils
-from nbgrader.preprocessors import Execute, NbGraderPreprocessor
+from nbgrader.api import MissingEntry
+from nbgrader.preprocessors import ClearHiddenTests, Execute, NbGraderPreprocessor, OverwriteCells
 from traitlets import Bool, Float, Integer
 
 #: a hidden test cell is ``grade_<function>``, as tools/build_notebooks.py names it
@@ -31,21 +32,58 @@ _MAX_NOTEBOOK = 32 << 20
 
 
 def configure(c) -> None:
-    """Use :class:`GradeInSandbox` instead of nbgrader's Execute when autograding, and
-    :class:`MarkRegrades` right after nbgrader saves the scores."""
+    """Use :class:`GradeInSandbox` instead of nbgrader's Execute when autograding,
+    :class:`MarkRegrades` right after nbgrader saves the scores, and
+    :class:`OverwriteReleasedCells` for the OverwriteCells of nbgrader's sanitizing steps."""
     from nbgrader.converters.autograde import Autograde
     from nbgrader.preprocessors import SaveAutoGrades
 
-    steps = list(Autograde.class_traits()["autograde_preprocessors"].default())
-    if Execute not in steps or SaveAutoGrades not in steps:
-        raise RuntimeError("this nbgrader version has no Execute or SaveAutoGrades step; the "
-                           "course grader cannot plug in safely")
+    traits = Autograde.class_traits()
+    steps = list(traits["autograde_preprocessors"].default())
+    sanitize = list(traits["sanitize_preprocessors"].default())
+    if Execute not in steps or SaveAutoGrades not in steps or OverwriteCells not in sanitize:
+        raise RuntimeError("this nbgrader version has no Execute, SaveAutoGrades or "
+                           "OverwriteCells step; the course grader cannot plug in safely")
     out = []
     for s in steps:
         out.append(GradeInSandbox if s is Execute else s)
         if s is SaveAutoGrades:
             out.append(MarkRegrades)
     c.Autograde.autograde_preprocessors = out
+    c.Autograde.sanitize_preprocessors = [OverwriteReleasedCells if s is OverwriteCells else s
+                                          for s in sanitize]
+
+
+def _released(source: str) -> str:
+    """A locked cell's text as students received it: its hidden tests stripped, as
+    ``nbgrader generate_assignment`` strips them (nbgrader's own ClearHiddenTests)."""
+    cell = nbformat.v4.new_code_cell(source)
+    ClearHiddenTests()._remove_hidden_test_region(cell)
+    return cell.source
+
+
+class OverwriteReleasedCells(OverwriteCells):
+    """nbgrader's OverwriteCells, without its false alarm on hidden tests.
+
+    nbgrader keeps a locked cell's *source* (hidden tests included) and compares its checksum
+    with the handed-in cell, which was released without them: every untouched hidden-test cell
+    then reads "Attribute 'checksum' ... has changed!", the warning meant for a student who
+    edited a locked cell. Here a locked cell handed in exactly as released gets its source back
+    first, so the warning stays for cells that really changed (which nbgrader then restores, as
+    always)."""
+
+    def preprocess_cell(self, cell, resources, cell_index):
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if grade_id is not None and utils.is_locked(cell):
+            try:
+                src = self.gradebook.find_source_cell(grade_id, self.notebook_id,
+                                                      self.assignment_id)
+            except MissingEntry:
+                src = None
+            if src is not None and src.locked and cell.source != src.source \
+                    and cell.source == _released(src.source):
+                cell.source = src.source
+        return super().preprocess_cell(cell, resources, cell_index)
 
 
 def graded_cells(nb) -> dict[int, str]:
@@ -56,6 +94,15 @@ def graded_cells(nb) -> dict[int, str]:
             m = _GRADE_ID.match(cell.metadata["nbgrader"].get("grade_id", ""))
             out[i] = m.group(1) if m else ""
     return out
+
+
+def hung_functions(res) -> list[str]:
+    """The graded functions of ``res`` (a SubmissionResult, or None) that ran past a time
+    limit while graded: running the notebook's cells would only wait for them again."""
+    if res is None:
+        return []
+    return sorted(n for n, r in res.functions.items()
+                  if any("time limit" in (c.message or "") for c in r.checks))
 
 
 def _points(value: float, report: str) -> list:
@@ -75,12 +122,37 @@ class GradeInSandbox(NbGraderPreprocessor):
                      "isolation (the feedback then says so).").tag(config=True)
     run_student_cells = Bool(True, help="Execute the student's cells (in the sandbox) so the "
                              "feedback shows their outputs.").tag(config=True)
-    cell_timeout = Integer(300, help="Seconds per student cell.").tag(config=True)
+    cell_timeout = Integer(150, help="Seconds per student cell (the notebook run that fills "
+                           "the feedback; a hand-in whose function hung while graded is not "
+                           "run again).").tag(config=True)
     notebook_timeout = Float(1200.0, help="Seconds for the whole notebook run.").tag(config=True)
+    seed = Integer(None, allow_none=True, help="The secret seed every hand-in's inputs are "
+                   "drawn from; None: the course folder's own (drawn once, kept in "
+                   ".autograder/seed), which `grade-all` on this folder uses too.").tag(config=True)
+    quick = Bool(False, help="Fewer meshes and cases (as grade --quick).").tag(config=True)
+    with_speed = Bool(True, help="Run the speed check.").tag(config=True)
+    function_timeout = Float(150.0, help="Seconds per graded function.").tag(config=True)
+    load_timeout = Float(120.0, help="Seconds to load one hand-in.").tag(config=True)
+    memory_mb = Integer(6144, help="Resident memory of the trusted grader.").tag(config=True)
+
+    def options(self, assignment: str, only: list):
+        """The grading options of one hand-in: this step's configuration, the course's seed."""
+        from nbgrader.coursedir import CourseDirectory
+
+        from ..supervisor.options import Limits, Options
+        from .seed import course_seed
+
+        seed = self.seed
+        if seed is None:
+            seed = course_seed(Path(CourseDirectory(config=self.config).root))
+        limits = Limits(per_function_s=self.function_timeout, load_s=self.load_timeout,
+                        memory_mb=self.memory_mb)
+        return Options(assignment=assignment, only=only, isolation=self.isolation,
+                       folder=True, quick=self.quick, seed=seed, with_speed=self.with_speed,
+                       limits=limits)
 
     def preprocess(self, nb, resources):
         from ..course import registry
-        from ..supervisor.options import Options
         from ..supervisor.supervise import copy_student_folder, grade_submission
 
         assignment = resources.get("nbgrader", {}).get("assignment")
@@ -96,7 +168,16 @@ class GradeInSandbox(NbGraderPreprocessor):
             copy_student_folder(folder, work)
             path = work / f"{name}.ipynb"
             nbformat.write(runnable, path)
-            if self.run_student_cells:
+            known = {p.name for p in registry.problems(assignment)} if assignment else set()
+            only = sorted({f for f in graded.values() if f in known})
+            res = None
+            if only:  # graded first: a function that hung is not run a second time
+                res = grade_submission(path, self.options(assignment, only))
+            hung = hung_functions(res)
+            if self.run_student_cells and hung:
+                self.log.warning("student cells not run: %s ran past a time limit while graded",
+                                 ", ".join(hung))
+            elif self.run_student_cells:
                 executed = self._execute(path)
                 if isinstance(executed, str):
                     self.log.warning("student cells not run: %s", executed)
@@ -105,12 +186,6 @@ class GradeInSandbox(NbGraderPreprocessor):
                         if cell.cell_type == "code" and i not in graded:
                             cell.outputs = executed.cells[i].get("outputs", [])
                             cell.execution_count = executed.cells[i].get("execution_count")
-            known = {p.name for p in registry.problems(assignment)} if assignment else set()
-            only = sorted({f for f in graded.values() if f in known})
-            res = None
-            if only:
-                res = grade_submission(path, Options(assignment=assignment, only=only,
-                                                     isolation=self.isolation, folder=True))
         for i, fn in graded.items():
             cell = nb.cells[i]
             if res is None or fn not in res.functions:
@@ -118,7 +193,11 @@ class GradeInSandbox(NbGraderPreprocessor):
                                        "not a graded function of this assignment (0 points)")
                 continue
             r = res.functions[fn]
-            lines = [f"note: {n}" for n in res.notes] + [r.report()]
+            notes = list(res.notes)
+            if self.run_student_cells and hung:
+                notes.append(f"the notebook's own cells were not run for this feedback: "
+                             f"{', '.join(hung)} ran past a time limit while graded")
+            lines = [f"note: {n}" for n in notes] + [r.report()]
             cell.outputs = _points(r.score, "\n".join(lines))
         if res is not None:  # the whole verdict, for a class report over autograded notebooks
             nb.metadata[REPORT_KEY] = res.to_dict()

@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..classroom.batch import class_report_path, grade_all
+from ..classroom.batch import UnknownStudent, class_report_path, grade_all
 
 
 def add_parser(sub) -> None:
@@ -19,6 +19,9 @@ def add_parser(sub) -> None:
                    help="the CSV (default class_grades.csv; nbgrader export writes grades.csv)")
     g.add_argument("--reports", help="folder of JSON reports (default: next to the CSV)")
     g.add_argument("--force", action="store_true", help="grade again what was graded before")
+    g.add_argument("--student", action="append", metavar="NAME",
+                   help="grade this student's hand-ins again (repeatable); the rest of the "
+                   "class keeps its reports, and the CSV still lists everyone")
     g.add_argument("--quick", action="store_true", help="fewer meshes and cases")
     g.add_argument("--no-speed", action="store_true", help="skip the speed check")
     from .options import add_trust_options
@@ -87,8 +90,11 @@ def _cmd(a) -> int:
     t0 = time.monotonic()
     try:
         outcomes = grade_all(root, workers=a.workers, out=Path(a.out),
-                             reports=Path(a.reports) if a.reports else None, force=a.force,
+                             reports=Path(a.reports) if a.reports else None,
+                             force=True if a.force else frozenset(a.student or ()) or False,
                              opts=opts, progress=not a.no_progress, scheduler=a.scheduler)
+    except UnknownStudent as e:  # said before anything is graded
+        return refuse(e)
     except (OSError, TimeoutError) as e:
         if not a.scheduler:
             raise
