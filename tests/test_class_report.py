@@ -54,3 +54,44 @@ def test_page_embeds_its_charts():
     page = cr.render(CLASS)
     assert page.count('<img class="chart"') == 3  # scores, checks, speed
     assert "data:image/png;base64," in page and "http" not in page
+
+
+def test_a_student_page_is_readable_and_the_class_page_links_to_it(tmp_path):
+    """Each student gets a page of their own (not raw JSON): totals, notes, and every check's
+    whole message; the class page links there. Counts on the charts are whole numbers."""
+    import json
+
+    long = "x" * 150 + " the end of a long message that must not be cut"
+    doc = {"student": "bo", "assignments": {"ps3_collective_matmul": {
+        "score": 3.5, "max_score": 5.0, "isolated": True, "notes": ["line 3: skipped"],
+        "functions": {"matmul_reducescatter": {
+            "score": 3.5, "max_score": 5.0,
+            "checks": [{"name": "numerics", "passed": True, "message": "ok"},
+                       {"name": "structure", "passed": False, "message": long},
+                       {"name": "speed", "passed": False, "message": "time limit " + long}]}}}}}
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    (reports / "bo.json").write_text(json.dumps(doc))
+    cr.write(reports, tmp_path / "class_report.html")
+    page = (reports / "bo.html").read_text()
+    assert "3.5 of 5" in page and "line 3: skipped" in page and "FAIL" in page
+    assert long in page
+    cls = (tmp_path / "class_report.html").read_text()
+    assert 'href="reports/bo.html"' in cls and ".json" not in cls
+    look = cls[cls.index("need a look"):]
+    assert "must not be cut" in look  # whole messages in "needs a look"
+
+
+def test_histogram_counts_are_whole_numbers():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    ax.hist([1.0, 2.0, 2.0], bins=3)
+    cr._whole_numbers(ax.yaxis)
+    fig.canvas.draw()
+    ticks = [t for t in ax.get_yticks() if 0 <= t <= 2]
+    assert ticks and all(float(t).is_integer() for t in ticks)
+    plt.close(fig)

@@ -71,7 +71,7 @@ def load_reports(reports: Path, page_dir: Optional[Path] = None) -> list[HandIn]
         doc = json.loads(path.read_text())
         if "assignments" not in doc:
             continue  # a per-assignment report; the student's file holds it too
-        link = os.path.relpath(path, page_dir)
+        link = os.path.relpath(path.with_suffix(".html"), page_dir)  # student_page's
         for rep in doc["assignments"].values():
             out.append(HandIn.from_report({"student": doc.get("student"), **rep}, link))
     return out
@@ -95,6 +95,13 @@ def _figure(w, h):
     import matplotlib.pyplot as plt
 
     return plt.subplots(figsize=(w, h))
+
+
+def _whole_numbers(axis) -> None:
+    """Ticks at whole numbers only: a count of hand-ins has no fractions."""
+    from matplotlib.ticker import MaxNLocator
+
+    axis.set_major_locator(MaxNLocator(integer=True))
 
 
 def _e(s) -> str:
@@ -131,6 +138,7 @@ def scores_section(hand_ins: list[HandIn]) -> str:
         ax.set_title(asg, fontsize=10)
         ax.set_xlabel("score")
         ax.set_ylabel("hand-ins")
+        _whole_numbers(ax.yaxis)
         charts.append(_png(fig))
     return ("<h2>Scores per assignment</h2><table><tr><th>assignment</th><th>hand-ins</th>"
             "<th>mean</th><th>median</th><th>out of</th></tr>" + "".join(rows) + "</table>"
@@ -261,7 +269,7 @@ def look_section(hand_ins: list[HandIn]) -> str:
                 continue
             for c in res.get("checks", []):
                 if LOOK.search(c.get("message", "")):
-                    why.append(f"{fn} {c['name']}: {template(c['message'])[:120]}")
+                    why.append(f"{fn} {c['name']}: {c['message']}")  # whole, never cut
         why += [f"note: {n}" for n in h.notes]
         if why:
             rows.append(f'<tr><td><a href="{_e(h.report)}">{_e(h.student)}</a></td>'
@@ -308,8 +316,52 @@ def render(hand_ins: list[HandIn], title: str = "Class report") -> str:
             f"<style>{STYLE}</style><script>{SCRIPT}</script></head><body>{body}</body></html>")
 
 
+def student_page(doc: dict) -> str:
+    """One student's report as a page a person reads: per assignment its total and notes, then
+    each function's checks with their whole messages."""
+    student = str(doc.get("student", "?"))
+    parts = [f"<h1>{_e(student)}</h1>"]
+    for asg, rep in sorted((doc.get("assignments") or {}).items()):
+        parts.append(f"<h2>{_e(asg)}: {float(rep.get('score', 0)):g} of "
+                     f"{float(rep.get('max_score', 0)):g}</h2>")
+        if rep.get("error"):
+            parts.append(f"<p><b>not graded</b>: {_e(rep['error'])}</p>")
+        notes = list(rep.get("notes") or ())
+        if not rep.get("isolated", True):
+            notes.insert(0, "graded without isolation")
+        if notes:
+            parts.append("<ul>" + "".join(f"<li>{_e(n)}</li>" for n in notes) + "</ul>")
+        rows = []
+        for fn, res in (rep.get("functions") or {}).items():
+            checks = res.get("checks") or []
+            regrade = res.get("needs_regrade")
+            head = (f'<td rowspan="{max(1, len(checks))}"><code>{_e(fn)}</code><br>'
+                    f"{float(res.get('score', 0)):g} / {float(res.get('max_score', 0)):g}"
+                    + (f"<br><b>needs regrade</b>: {_e(regrade)}" if regrade else "") + "</td>")
+            if not checks:
+                rows.append(f"<tr>{head}<td colspan='3'></td></tr>")
+            for i, c in enumerate(checks):
+                verdict = ("skipped" if c.get("skipped") else
+                           "pass" if c.get("passed") else "FAIL")
+                rows.append(f"<tr>{head if i == 0 else ''}<td>{_e(c.get('name', ''))}</td>"
+                            f'<td class="{verdict.lower()}">{verdict}</td>'
+                            f"<td>{_e(c.get('message', ''))}</td></tr>")
+        if rows:
+            parts.append("<table><tr><th>function</th><th>check</th><th></th>"
+                         "<th>message</th></tr>" + "".join(rows) + "</table>")
+    style = STYLE + ".fail{color:#b00;font-weight:bold}.pass{color:#070}"
+    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{_e(student)}</title>"
+            f"<style>{style}</style></head><body>{''.join(parts)}</body></html>")
+
+
 def write(reports: Path, out: Path, title: str = "Class report") -> Path:
+    """The class page at ``out`` and, beside each student's JSON report, that student's page
+    (``<student>.html``), which the class page links to."""
     out = Path(out)
+    for path in sorted(Path(reports).glob("*.json")):
+        doc = json.loads(path.read_text())
+        if "assignments" in doc:
+            path.with_suffix(".html").write_text(student_page(doc))
     out.write_text(render(load_reports(reports, out.parent), title))
     return out
 
