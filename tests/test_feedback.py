@@ -245,3 +245,23 @@ def test_the_report_marks_skipped_checks():
                        weights={"numerics": 1, "sharding": 1})
     assert r.report().splitlines()[1:] == ["  [FAIL] numerics: boom",
                                            "  [SKIP] sharding: not checked: x"]
+
+
+def test_feedback_lines_wrap_and_keep_every_word():
+    from autograder.classroom.nbgrader_plugin import FEEDBACK_WIDTH, wrap_report
+
+    line = "  structure  FAIL  " + " ".join(f"word{i}" for i in range(60))
+    text = wrap_report("short line\n" + line)
+    lines = text.splitlines()
+    assert lines[0] == "short line" and len(lines) > 2
+    assert all(len(l) <= FEEDBACK_WIDTH for l in lines)
+    assert " ".join(text.split()) == " ".join(("short line\n" + line).split())
+    assert lines[2].startswith("      ")  # continuation indented under its line
+
+
+def test_a_failed_check_shows_its_message_without_a_traceback_in_a_notebook():
+    from autograder.public.check import CheckFailed
+
+    e = CheckFailed("roll_diff on mesh 2x4: 3 of 8 values differ")
+    assert isinstance(e, AssertionError)  # pytest's self-check reports it as a failure
+    assert e._render_traceback_() == ["check failed: roll_diff on mesh 2x4: 3 of 8 values differ"]

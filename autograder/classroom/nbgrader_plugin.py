@@ -105,7 +105,24 @@ def hung_functions(res) -> list[str]:
                   if any("time limit" in (c.message or "") for c in r.checks))
 
 
+#: the width feedback lines are wrapped at (nbgrader's feedback shows outputs unwrapped)
+FEEDBACK_WIDTH = 96
+
+
+def wrap_report(report: str, width: int = FEEDBACK_WIDTH) -> str:
+    """``report`` with each long line wrapped, its continuation indented under its start."""
+    import textwrap
+
+    out = []
+    for line in report.splitlines():
+        indent = " " * (len(line) - len(line.lstrip()) + 4)
+        out.append(textwrap.fill(line, width, subsequent_indent=indent, break_long_words=False,
+                                 break_on_hyphens=False) if len(line) > width else line)
+    return "\n".join(out)
+
+
 def _points(value: float, report: str) -> list:
+    report = wrap_report(report)
     return [nbformat.v4.new_output("stream", name="stdout", text=report + "\n"),
             nbformat.v4.new_output("execute_result", data={"text/plain": f"{value:g}"},
                                    execution_count=None)]

@@ -220,6 +220,14 @@ def _structure(rules, f, placed, static, mesh, prob, inputs) -> str | None:
     return None
 
 
+class CheckFailed(AssertionError):
+    """What ``check`` raises: an AssertionError (pytest reports it as one) that a notebook shows
+    as its message alone, without a traceback through the self-check's own code."""
+
+    def _render_traceback_(self):  # IPython's hook for how an exception is shown
+        return [f"check failed: {self}"]
+
+
 #: seconds one public case may take (tracing, compiling and running), as the grader's own
 #: per-function limit bounds an endless loop
 TIME_LIMIT_S = 120.0
@@ -235,7 +243,7 @@ def _time_limit(seconds: float, what: str):
         return
 
     def stop(signum, frame):
-        raise AssertionError(f"{what}: still running after {seconds:g} s, the self-check's "
+        raise CheckFailed(f"{what}: still running after {seconds:g} s, the self-check's "
                              "time limit (an endless loop?); the grader stops it the same way")
 
     old = signal.signal(signal.SIGALRM, stop)
@@ -260,7 +268,7 @@ def _wait(out, seconds: float, what: str) -> None:
     pause = 0.001
     while not ready():
         if time.monotonic() > end:
-            raise AssertionError(
+            raise CheckFailed(
                 f"{what}: its program still runs after {seconds:g} s, the self-check's time "
                 "limit (a loop in the compiled program that never ends?). It keeps running in "
                 "the background: restart the kernel before you check again")
@@ -320,7 +328,7 @@ def check(name: str, fn, *, layouts=((2, 4), (4, 2), (1, 8), (8, 1)), cases: int
             try:
                 out = genuine_array(out)
             except TypeError as e:
-                raise AssertionError(f"{where}: {e}") from None
+                raise CheckFailed(f"{where}: {e}") from None
             _wait(out, time_limit, where)
             tiles = (out_spec, {"X": x, "Y": y}) if spec["uses_mesh"] else None
             msg = compare_values(np.asarray(jax.device_get(out)), want, spec["rtol"],
@@ -331,7 +339,7 @@ def check(name: str, fn, *, layouts=((2, 4), (4, 2), (1, 8), (8, 1)), cases: int
             if msg is None and rules and args is runs[0][0]:  # structure: once per mesh
                 msg = _structure(rules, f, placed, static, mesh, problem(name), args)
             if msg is not None:
-                raise AssertionError(f"{where}: {msg} (cases drawn with seed={seed}: "
+                raise CheckFailed(f"{where}: {msg} (cases drawn with seed={seed}: "
                                      f"check({name!r}, fn, seed={seed}) draws them again)")
             n, n_edges = n + (not label), n_edges + bool(label)
     if verbose:
