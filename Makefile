@@ -13,7 +13,7 @@ export JAX_NUM_CPU_DEVICES ?= 8
 export TF_CPP_MIN_LOG_LEVEL ?= 3
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: venv isolation browser source release demo test test-latest check-drift clean
+.PHONY: venv isolation browser source release demo test test-latest check-drift clean wheel
 
 venv: $(STAMP) isolation
 
@@ -46,6 +46,9 @@ test: $(STAMP) isolation browser  ## the layer contracts, then the whole suite, 
 
 test-latest: isolation browser  ## the whole suite on the newest JAX (.venv-latest, the newest Python here it supports)
 	tools/test_latest.sh
+
+wheel: $(STAMP)  ## dist/jax_scaling_course-<version>-py3-none-any.whl, installable with no package index
+	$(PY) -m pip wheel --no-deps -w dist .
 
 check-drift: $(STAMP)
 	$(PY) tools/build_notebooks.py --check

@@ -102,7 +102,7 @@ def _ancestors(dest: str) -> list[str]:
     return [str(p) for p in reversed(list(parts)) if str(p) != "/"]
 
 
-def _bwrap_argv(bwrap: str, *, binds: list[tuple[str, str]], uid: Optional[int],
+def _bwrap_argv(bwrap: str, *, binds: list[tuple[Optional[str], str]], uid: Optional[int],
                 env: Optional[dict] = None, tmp_mb: int = 256, chdir: str = HOME) -> list[str]:
     """The bubblewrap command line: system dirs and ``binds`` (src, dest) read-only."""
     argv = [bwrap, "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
@@ -123,6 +123,9 @@ def _bwrap_argv(bwrap: str, *, binds: list[tuple[str, str]], uid: Optional[int],
             argv += ["--ro-bind", d, d]
     made: set[str] = {"/usr", "/etc", "/tmp"}
     for src, dest in binds:
+        if src is None:  # a mask: an empty, read-only folder over what a bind above exposed
+            argv += ["--perms", "0555", "--tmpfs", dest, "--remount-ro", dest]
+            continue
         for a in _ancestors(dest):
             if a not in made and not any(a == d or a.startswith(d + "/") for _, d in binds):
                 argv += ["--perms", "0755", "--dir", a]
@@ -278,8 +281,8 @@ def _descendants(root: int) -> list[int]:
     return out
 
 
-def spawn(argv: list[str], *, binds: list[tuple[Path, str]], env: dict, isolated: bool,
-          limits: SandboxLimits = SandboxLimits(), stderr=None) -> Sandboxed:
+def spawn(argv: list[str], *, binds: list[tuple[Optional[Path], str]], env: dict,
+          isolated: bool, limits: SandboxLimits = SandboxLimits(), stderr=None) -> Sandboxed:
     """Start ``argv`` (paths as seen inside) in a sandbox with pipes on stdin/stdout.
 
     ``binds`` are (host path, path inside) pairs, mounted read-only. With ``isolated`` False the
@@ -291,8 +294,9 @@ def spawn(argv: list[str], *, binds: list[tuple[Path, str]], env: dict, isolated
         if not avail.ok:
             raise RuntimeError(f"cannot isolate student code: {avail.how}")
         uid = _sandbox_uid()
-        cmd = _bwrap_argv(shutil.which("bwrap"), binds=[(str(s), d) for s, d in binds], uid=uid,
-                          env=env, tmp_mb=limits.tmp_mb) + list(argv)
+        binds_ = [(None if s is None else str(s), d) for s, d in binds]
+        cmd = _bwrap_argv(shutil.which("bwrap"), binds=binds_, uid=uid, env=env,
+                          tmp_mb=limits.tmp_mb) + list(argv)
         group = cgroup.create(limits.memory_mb, limits.processes)
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=stderr, start_new_session=True, close_fds=True,
@@ -310,16 +314,22 @@ def spawn(argv: list[str], *, binds: list[tuple[Path, str]], env: dict, isolated
 WORKER_PARTS = ("__init__.py", "core", "worker")
 
 
-def python_binds() -> list[tuple[Path, str]]:
+def python_binds() -> list[tuple[Optional[Path], str]]:
     """The Python runtime (the base installation and this virtual environment), read-only at
     the same paths, and the worker's part of the package (:data:`WORKER_PARTS`) under
-    :data:`GRADER_ROOT`."""
+    :data:`GRADER_ROOT`. ``(None, dest)`` masks ``dest`` (the installed package itself, when
+    the runtime holds it)."""
     pkg = Path(__file__).resolve().parent.parent
     binds = []
-    for p in {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve()}:
+    prefixes = {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve()}
+    for p in prefixes:
         if not str(p).startswith("/usr"):
             binds.append((p, str(p)))
     binds.sort(key=lambda b: len(str(b[1])))
+    # Installed from a wheel, the whole package lies inside the runtime bound above (its
+    # site-packages), references, baselines and judge included: an empty folder hides it.
+    if any(pkg.is_relative_to(p) for p in prefixes | {Path("/usr")}):
+        binds.append((None, str(pkg)))
     binds += [(pkg / part, f"{GRADER_ROOT}/autograder/{part}") for part in WORKER_PARTS]
     return binds
 
