@@ -167,3 +167,34 @@ def test_the_demo_class_is_graded_on_one_seed(demo):
 
     seeds = {p.read_text() for p in (course / "grading").glob(f"*/{SEED_FILE}")}
     assert len(seeds) == 1 and (course / "course" / SEED_FILE).read_text() in seeds
+
+
+def test_grade_all_gives_the_totals_nbgrader_autograde_gave(demo, tmp_path):
+    """The two grading paths on one class: grade-all --gradebook on (a copy of) the demo's
+    course folder draws the course's seed, as each nbgrader autograde did, gives every hand-in
+    the same total, and leaves autograded notebooks from which nbgrader generate_feedback makes
+    the feedback, as after nbgrader autograde."""
+    import csv
+    import shutil
+
+    course, _ = demo
+    folder = tmp_path / "course"
+    shutil.copytree(course / "course", folder,
+                    ignore=shutil.ignore_patterns("autograded", "feedback"))
+    env = dict(os.environ, JAX_NUM_CPU_DEVICES="8", TF_CPP_MIN_LOG_LEVEL="3",
+               PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"])
+    out = tmp_path / "class_grades.csv"
+    p = subprocess.run([sys.executable, "-m", "autograder", "grade-all", str(folder),
+                        "--out", str(out), "--no-progress", "--gradebook",
+                        str(folder / "gradebook.db")], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=1200, env=env)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    rows = {r["student"]: (float(r["total"]), float(r["max_total"]))
+            for r in csv.DictReader(out.open()) if r["assignment"] == "ps1_sharding"}
+    assert rows == {s: tuple(map(float, v)) for s, v in _scores(course).items()}
+    p = subprocess.run([str(Path(sys.executable).parent / "nbgrader"), "generate_feedback",
+                        "ps1_sharding"], cwd=folder, capture_output=True, text=True,
+                       timeout=600, env=env)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    html = (folder / "feedback" / "cleo" / "ps1_sharding" / "ps1_sharding.html").read_text()
+    assert "FAIL" in html and "numerics" in html

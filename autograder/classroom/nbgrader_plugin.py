@@ -278,3 +278,55 @@ class MarkRegrades(NbGraderPreprocessor):
         self.log.warning("%s: %s need(s) a regrade (the grader failed, not the student)",
                          info["student"], ", ".join(regrade))
         return nb, resources
+
+
+def _function_result(name: str, d: dict):
+    """A report's function entry as a FunctionResult, scored with this registry's points and
+    weights (the ones the report was scored with)."""
+    from ..core.results import CheckResult, FunctionResult
+    from ..course import registry
+
+    prob = registry.get(name)
+    return FunctionResult(name, float(prob.points),
+                          [CheckResult.from_dict(c) for c in d.get("checks", [])],
+                          weights=dict(prob.weights), reused=bool(d.get("reused")),
+                          regrade=d.get("needs_regrade"))
+
+
+def autograded_notebook(submitted: Path, report: dict):
+    """The handed-in notebook as ``nbgrader autograde`` leaves it, from a grade-all report:
+    each hidden cell holds its function's report and points, the student's cells keep the
+    outputs they were handed in with (they are not run again), and the whole report is in the
+    metadata. ``nbgrader generate_feedback`` turns it into the student's feedback."""
+    nb = nbformat.read(submitted, as_version=4)
+    functions = report.get("functions") or {}
+    notes = [f"note: {n}" for n in report.get("notes") or ()]
+    for i, fn in graded_cells(nb).items():
+        cell = nb.cells[i]
+        if fn not in functions:
+            cell.outputs = _points(0.0, f"{fn or cell.metadata['nbgrader']['grade_id']}: "
+                                   "not graded for this hand-in (0 points)")
+            continue
+        r = _function_result(fn, functions[fn])
+        cell.outputs = _points(r.score, "\n".join(notes + [r.report()]))
+    nb.metadata[REPORT_KEY] = report
+    return nb
+
+
+def write_autograded(course: Path, outcomes) -> list[Path]:
+    """``autograded/<student>/<assignment>/<notebook>`` in the nbgrader course folder
+    ``course`` for every graded notebook hand-in of ``outcomes`` (grade-all's), so that
+    ``nbgrader generate_feedback`` works after ``grade-all --gradebook`` as after ``nbgrader
+    autograde``. Returns the files written."""
+    written = []
+    for o in outcomes:
+        rep, item = o.report, o.item
+        if (not item.own_folder or item.path.suffix != ".ipynb" or rep.get("error")
+                or not rep.get("assignment")):
+            continue
+        dest = Path(course) / "autograded" / item.student / rep["assignment"] / item.path.name
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(autograded_notebook(item.path, rep), dest)
+        written.append(dest)
+    return written
+

@@ -105,6 +105,15 @@ def _cmd(a) -> int:
 
         n = publish([o.report for o in outcomes], a.gradebook)
         print(f"{n} grade(s) written to the gradebook {a.gradebook}", file=sys.stderr)
+        from ..classroom.seed import course_root
+
+        course = course_root(root)
+        if course is not None:  # nbgrader generate_feedback reads autograded notebooks
+            from ..classroom.nbgrader_plugin import write_autograded
+
+            files = write_autograded(course, outcomes)
+            print(f"{len(files)} autograded notebook(s) written under {course / 'autograded'} "
+                  "(nbgrader generate_feedback ASSIGNMENT makes the feedback)", file=sys.stderr)
     graded = [o for o in outcomes if not o.skipped]
     print(f"{len(outcomes)} submission(s): {len(graded)} graded, "
           f"{len(outcomes) - len(graded)} unchanged since the last run; "
