@@ -213,3 +213,59 @@ def test_the_feedback_run_does_not_repeat_the_checks(demo):
                 if c.metadata.get("nbgrader", {}).get("grade_id") == "check_roll_diff")
     text = "".join(o.get("text", "") for o in cell.outputs)
     assert "steps aside while nbgrader runs the notebook" in text, cell.outputs
+
+
+HANG_CELL = '''\
+def roll_diff(A, shift, mesh):
+    while True:  # never stops tracing
+        pass
+
+roll_diff(None, 1, None)  # and the notebook's own cell waits on it too
+'''
+
+
+def test_a_hang_costs_one_limit_not_two(tmp_path, monkeypatch):
+    """Under nbgrader autograde a hand-in whose function never returns costs the function's
+    limit once: the notebook run for the feedback goes on beside the grading and is stopped
+    when the grading finds the hang, instead of waiting out its own cell limit afterwards. The
+    limits come from nbgrader_config.py."""
+    import shutil
+    import time
+
+    import nbformat
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    import demo
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    course = tmp_path / "course"
+    course.mkdir()
+    (course / "nbgrader_config.py").write_text(
+        demo.CONFIG + "c.GradeInSandbox.function_timeout = 20\n"
+        "c.GradeInSandbox.cell_timeout = 600\nc.GradeInSandbox.with_speed = False\n")
+    shutil.copytree(ROOT / "source" / "ps1_sharding", course / "source" / "ps1_sharding")
+    api = demo.nbgrader_api(course)
+    demo.check(api.generate_assignment("ps1_sharding", force=True), "generate")
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        gb.add_student("hal")
+    sub = course / "submitted" / "hal" / "ps1_sharding"
+    shutil.copytree(course / "release" / "ps1_sharding", sub)
+    nb = nbformat.read(sub / "ps1_sharding.ipynb", as_version=4)
+    (answer,) = [c for c in nb.cells
+                 if c.metadata.get("nbgrader", {}).get("grade_id") == "solution_roll_diff"]
+    answer.source = HANG_CELL
+    nbformat.write(nb, sub / "ps1_sharding.ipynb")
+    (sub / "timestamp.txt").write_text("2026-11-21 12:00:00.000000 UTC")
+    t0 = time.monotonic()
+    demo.check(api.autograde("ps1_sharding", "hal"), "autograde")
+    took = time.monotonic() - t0
+    assert took < 300, took  # the notebook's own 600 s cell limit was not waited out
+    graded = nbformat.read(course / "autograded" / "hal" / "ps1_sharding" /
+                           "ps1_sharding.ipynb", as_version=4)
+    cell = next(c for c in graded.cells
+                if c.metadata.get("nbgrader", {}).get("grade_id") == "grade_roll_diff")
+    text = "".join(o.get("text", "") for o in cell.outputs)
+    assert "time limit" in text and "were not run for this feedback" in text, text

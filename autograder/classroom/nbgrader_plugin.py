@@ -187,15 +187,24 @@ class GradeInSandbox(NbGraderPreprocessor):
             nbformat.write(runnable, path)
             known = {p.name for p in registry.problems(assignment)} if assignment else set()
             only = sorted({f for f in graded.values() if f in known})
+            # the notebook runs for the feedback while the functions are graded (two
+            # processes, side by side); a function that hung while graded stops that run
+            run = _Background(self._execute, path) if self.run_student_cells else None
             res = None
-            if only:  # graded first: a function that hung is not run a second time
-                res = grade_submission(path, self.options(assignment, only))
+            try:
+                if only:
+                    res = grade_submission(path, self.options(assignment, only))
+            except BaseException:
+                if run is not None:
+                    run.cancel()
+                raise
             hung = hung_functions(res)
-            if self.run_student_cells and hung:
+            if run is not None and hung:
+                run.cancel()
                 self.log.warning("student cells not run: %s ran past a time limit while graded",
                                  ", ".join(hung))
-            elif self.run_student_cells:
-                executed = self._execute(path)
+            elif run is not None:
+                executed = run.result()
                 if isinstance(executed, str):
                     self.log.warning("student cells not run: %s", executed)
                 else:
@@ -220,8 +229,9 @@ class GradeInSandbox(NbGraderPreprocessor):
             nb.metadata[REPORT_KEY] = res.to_dict()
         return nb, resources
 
-    def _execute(self, path: Path):
-        """The executed notebook, or why there is none."""
+    def _execute(self, path: Path, started=lambda box: None):
+        """The executed notebook, or why there is none. ``started`` is told the sandbox, which
+        the caller may kill to stop the run."""
         from ..core.clock import CLOCK
         from ..core.records import ExecutedNotebook, RecordError, parse
         from ..isolation.sandbox import SandboxLimits
@@ -230,6 +240,7 @@ class GradeInSandbox(NbGraderPreprocessor):
         limits = SandboxLimits()
         box = spawn_untrusted(path, ["--execute", "--cell-timeout", str(self.cell_timeout)],
                               isolated=self.isolation, whole_folder=True, limits=limits)
+        started(box)
         try:
             link = WorkerLink(box, limits.memory_mb, max_line=_MAX_NOTEBOOK,
                               max_unread=_MAX_NOTEBOOK)
@@ -249,6 +260,44 @@ class GradeInSandbox(NbGraderPreprocessor):
             return executed
         finally:
             box.kill()
+
+
+class _Background:
+    """``execute(path, started=...)`` in a thread; ``cancel`` kills the sandbox it started,
+    ``result`` waits for it."""
+
+    def __init__(self, execute, path: Path):
+        import threading
+
+        self._box = None
+        self._lock = threading.Lock()
+        self._cancelled = False
+        self._out = None
+        self._thread = threading.Thread(target=self._run, args=(execute, path), daemon=True)
+        self._thread.start()
+
+    def _started(self, box) -> None:
+        with self._lock:
+            self._box = box
+            if self._cancelled:
+                box.kill()
+
+    def _run(self, execute, path) -> None:
+        try:
+            self._out = execute(path, started=self._started)
+        except Exception as e:  # noqa: BLE001 - the feedback run failing is not a grade
+            self._out = f"the notebook run failed: {type(e).__name__}: {e}"
+
+    def cancel(self) -> None:
+        with self._lock:
+            self._cancelled = True
+            if self._box is not None:
+                self._box.kill()
+        self._thread.join()
+
+    def result(self):
+        self._thread.join()
+        return self._out
 
 
 class MarkRegrades(NbGraderPreprocessor):
