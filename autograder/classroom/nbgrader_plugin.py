@@ -128,6 +128,22 @@ def _points(value: float, report: str) -> list:
                                    execution_count=None)]
 
 
+def fill_hidden_cells(nb, functions: dict, notes: list, *, missing: str) -> None:
+    """Every hidden cell of ``nb`` gets its function's report (the ``notes`` first) and points
+    from ``functions`` (name -> FunctionResult); a cell with no result gets 0 points and
+    ``missing`` as its reason. A hidden cell always gets an execute_result: nbgrader would read
+    an empty one as full marks."""
+    lines = [f"note: {n}" for n in notes]
+    for i, fn in graded_cells(nb).items():
+        cell = nb.cells[i]
+        r = functions.get(fn)
+        if r is None:
+            cell.outputs = _points(0.0, f"{fn or cell.metadata['nbgrader']['grade_id']}: "
+                                   f"{missing} (0 points)")
+        else:
+            cell.outputs = _points(r.score, "\n".join(lines + [r.report()]))
+
+
 #: the autograded notebook's metadata key holding the grader's report (SubmissionResult.to_dict)
 REPORT_KEY = "autograder_report"
 
@@ -140,8 +156,8 @@ class GradeInSandbox(NbGraderPreprocessor):
     run_student_cells = Bool(True, help="Execute the student's cells (in the sandbox) so the "
                              "feedback shows their outputs.").tag(config=True)
     cell_timeout = Integer(150, help="Seconds per student cell (the notebook run that fills "
-                           "the feedback; a hand-in whose function hung while graded is not "
-                           "run again).").tag(config=True)
+                           "the feedback; it is stopped when a function hangs while graded)."
+                           ).tag(config=True)
     notebook_timeout = Float(1200.0, help="Seconds for the whole notebook run.").tag(config=True)
     seed = Integer(None, allow_none=True, help="The secret seed every hand-in's inputs are "
                    "drawn from; None: the course folder's own (drawn once, kept in "
@@ -212,19 +228,12 @@ class GradeInSandbox(NbGraderPreprocessor):
                         if cell.cell_type == "code" and i not in graded:
                             cell.outputs = executed.cells[i].get("outputs", [])
                             cell.execution_count = executed.cells[i].get("execution_count")
-        for i, fn in graded.items():
-            cell = nb.cells[i]
-            if res is None or fn not in res.functions:
-                cell.outputs = _points(0.0, f"{fn or cell.metadata['nbgrader']['grade_id']}: "
-                                       "not a graded function of this assignment (0 points)")
-                continue
-            r = res.functions[fn]
-            notes = list(res.notes)
-            if self.run_student_cells and hung:
-                notes.append(f"the notebook's own cells were not run for this feedback: "
-                             f"{', '.join(hung)} ran past a time limit while graded")
-            lines = [f"note: {n}" for n in notes] + [r.report()]
-            cell.outputs = _points(r.score, "\n".join(lines))
+        notes = list(res.notes) if res is not None else []
+        if run is not None and hung:
+            notes.append(f"the notebook's own cells were not run for this feedback: "
+                         f"{', '.join(hung)} ran past a time limit while graded")
+        fill_hidden_cells(nb, res.functions if res is not None else {}, notes,
+                          missing="not a graded function of this assignment")
         if res is not None:  # the whole verdict, for a class report over autograded notebooks
             nb.metadata[REPORT_KEY] = res.to_dict()
         return nb, resources
@@ -348,16 +357,9 @@ def autograded_notebook(submitted: Path, report: dict):
     outputs they were handed in with (they are not run again), and the whole report is in the
     metadata. ``nbgrader generate_feedback`` turns it into the student's feedback."""
     nb = nbformat.read(submitted, as_version=4)
-    functions = report.get("functions") or {}
-    notes = [f"note: {n}" for n in report.get("notes") or ()]
-    for i, fn in graded_cells(nb).items():
-        cell = nb.cells[i]
-        if fn not in functions:
-            cell.outputs = _points(0.0, f"{fn or cell.metadata['nbgrader']['grade_id']}: "
-                                   "not graded for this hand-in (0 points)")
-            continue
-        r = _function_result(fn, functions[fn])
-        cell.outputs = _points(r.score, "\n".join(notes + [r.report()]))
+    functions = {n: _function_result(n, d) for n, d in (report.get("functions") or {}).items()}
+    fill_hidden_cells(nb, functions, list(report.get("notes") or ()),
+                      missing="not graded for this hand-in")
     nb.metadata[REPORT_KEY] = report
     return nb
 

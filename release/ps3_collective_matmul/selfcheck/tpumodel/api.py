@@ -183,23 +183,27 @@ def compare(problem, fn, mesh, args, *, chip=None, program=False,
     ``program=True``, an already bound program of the array arguments alone (the grader passes
     a deserialized ``jax.export`` artifact's ``call``). ``texts``: the two partitioned modules,
     already dumped (see :func:`compile_partitioned`); ``fn`` and ``args`` are then unused."""
-    from jax.sharding import NamedSharding
-
     problem = _problem(problem)
     if problem.baseline is None:
         raise ModelError(f"{problem.name} has no jit baseline to compare with")
-    bind = (lambda f: functools.partial(f, mesh=mesh)) if problem.uses_mesh else (lambda f: f)
-    geo_mesh = mesh if problem.uses_mesh else None
+    shape, names = _mesh_geometry(mesh if problem.uses_mesh else None)
     if texts is not None:
-        shape, names = _mesh_geometry(geo_mesh)
         return (model_hlo(texts[0], shape, names, chip=chip, name="student"),
                 model_hlo(texts[1], shape, names, chip=chip, name="jit baseline"))
     st = model_student(problem, fn, mesh, args, chip=chip, program=program)
-    outs = NamedSharding(mesh, problem.out_spec) if problem.uses_mesh else None
-    base = model_function(bind(problem.baseline), args, geo_mesh, chip=chip,
-                          static_argnums=problem.static_argnums, out_shardings=outs,
-                          name="jit baseline")
+    base = model_hlo(baseline_hlo(problem, mesh, args), shape, names, chip=chip,
+                     name="jit baseline")
     return st, base
+
+
+def baseline_hlo(problem, mesh, args) -> str:
+    """The partitioned per-device module of the problem's jit baseline on placed ``args``
+    (with the problem's output sharding), ready for :func:`model_hlo` on any chip."""
+    from jax.sharding import NamedSharding
+
+    fn = functools.partial(problem.baseline, mesh=mesh) if problem.uses_mesh else problem.baseline
+    outs = NamedSharding(mesh, problem.out_spec) if problem.uses_mesh else None
+    return partitioned_hlo(fn, args, static_argnums=problem.static_argnums, out_shardings=outs)
 
 
 def model_student(problem, fn, mesh, args, *, chip=None, program=False) -> Modeled:

@@ -13,7 +13,6 @@ Notebook use::
 from __future__ import annotations
 
 import collections
-import functools
 import os
 import re
 import tempfile
@@ -249,22 +248,14 @@ def baseline_figures(problem, chips=None) -> dict:
     mesh, the values of seed 0) on each chip: ``{'layout': [x, y], 'chips': {chip: figures}}``,
     rounded to 0.01 us. The figures let ``tpu_profile`` compare a student's function with a
     baseline whose code stays with the grader."""
-    from jax.sharding import NamedSharding
-
     from ..core.meshes import make_mesh
     from . import chips as chipmod
-    from .api import FIGURES, _mesh_geometry, model_hlo, partitioned_hlo
+    from .api import FIGURES, _mesh_geometry, baseline_hlo, model_hlo
 
     x, y = problem.speed_layout
     mesh = make_mesh(x, y)
-    args = case_args(problem, mesh)
-    bind = (functools.partial(problem.baseline, mesh=mesh) if problem.uses_mesh
-            else problem.baseline)
-    geo_mesh = mesh if problem.uses_mesh else None
-    outs = NamedSharding(mesh, problem.out_spec) if problem.uses_mesh else None
-    text = partitioned_hlo(bind, args, static_argnums=problem.static_argnums,
-                           out_shardings=outs)
-    shape, names = _mesh_geometry(geo_mesh)
+    text = baseline_hlo(problem, mesh, case_args(problem, mesh))
+    shape, names = _mesh_geometry(mesh if problem.uses_mesh else None)
     out = {}
     for chip in sorted(chips or chipmod.CHIPS):
         s = model_hlo(text, shape, names, chip=chip, name="jit baseline").timeline.summary()
