@@ -75,7 +75,7 @@ def test_autograde_ignores_what_the_kernel_says(tmp_path, monkeypatch):
     course = tmp_path / "course"
     course.mkdir()
     (course / "nbgrader_config.py").write_text(demo.CONFIG)
-    shutil.copytree(ROOT / "source" / "ps1_sharding", course / "source" / "ps1_sharding")
+    demo.copy_source("ps1_sharding", course)
     api = demo.nbgrader_api(course)
     demo.check(api.generate_assignment("ps1_sharding", force=True), "generate")
     from nbgrader.api import Gradebook
@@ -112,7 +112,7 @@ def test_autograde_stopped_mid_run_leaves_no_process_behind(tmp_path, monkeypatc
     course = tmp_path / "course"
     course.mkdir()
     (course / "nbgrader_config.py").write_text(demo.CONFIG)
-    shutil.copytree(ROOT / "source" / "ps1_sharding", course / "source" / "ps1_sharding")
+    demo.copy_source("ps1_sharding", course)
     api = demo.nbgrader_api(course)
     demo.check(api.generate_assignment("ps1_sharding", force=True), "generate")
     from nbgrader.api import Gradebook
@@ -244,7 +244,7 @@ def test_a_hang_costs_one_limit_not_two(tmp_path, monkeypatch):
     (course / "nbgrader_config.py").write_text(
         demo.CONFIG + "c.GradeInSandbox.function_timeout = 20\n"
         "c.GradeInSandbox.cell_timeout = 600\nc.GradeInSandbox.with_speed = False\n")
-    shutil.copytree(ROOT / "source" / "ps1_sharding", course / "source" / "ps1_sharding")
+    demo.copy_source("ps1_sharding", course)
     api = demo.nbgrader_api(course)
     demo.check(api.generate_assignment("ps1_sharding", force=True), "generate")
     from nbgrader.api import Gradebook

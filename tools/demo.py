@@ -155,6 +155,19 @@ def check(res: dict, what: str) -> None:
                            f"{res.get('error') or res.get('log', '')[-3000:]}")
 
 
+def copy_source(asg: str, course: Path) -> None:
+    """``source/<asg>`` into ``course/source/<asg>`` with its ``selfcheck`` package written
+    fresh: that package is generated (git-ignored in source/), so a fresh clone has none, and
+    a notebook run for the feedback imports it."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    from build_notebooks import PACKAGE, write_package
+
+    dest = course / "source" / asg
+    shutil.copytree(ROOT / "source" / asg, dest,
+                    ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache", PACKAGE))
+    write_package(asg, dest)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", type=Path, default=ROOT / "build" / "demo")
@@ -173,8 +186,7 @@ def main(argv=None) -> int:
     (course / "nbgrader_config.py").write_text(CONFIG)
     t0 = time.time()
     for asg in assignments:
-        shutil.copytree(ROOT / "source" / asg, course / "source" / asg,
-                        ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache"))
+        copy_source(asg, course)
     from nbgrader.api import Gradebook
 
     api = nbgrader_api(course)
