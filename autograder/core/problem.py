@@ -66,8 +66,10 @@ class Problem:
     #: (case, x, y) -> (bound_bytes, what): compiled temp bytes must stay below the bound
     memory_bound: Optional[Callable] = None
     uses_mesh: bool = True
-    #: extra randomized cases per mesh (beyond the first) for the numerics check
-    cases_per_mesh: int = 2
+    #: random shapes per mesh for the numerics check: each is one compiled program
+    cases_per_mesh: int = 1
+    #: value draws per random shape (:meth:`redraw`), run through that shape's one program
+    draws_per_shape: int = 2
     #: the edge cases that must always be run: (rng, x, y) -> list of arg tuples (references
     #: module); their values come from the grading run's secret seed like every other case
     edge_cases: Optional[Callable] = None
@@ -86,6 +88,17 @@ class Problem:
     def case(self, rng, x: int, y: int, size: str) -> Case:
         c = self.make_case(rng, x, y, size)
         return c if isinstance(c, Case) else Case(tuple(c))
+
+    def redraw(self, rng, case: Case) -> Case:
+        """``case`` with fresh values and the same signature: each float array drawn again from
+        a normal distribution of its own spread; integer arrays and static values kept."""
+        args = []
+        for a in case.args:
+            if isinstance(a, np.ndarray) and np.issubdtype(a.dtype, np.floating):
+                scale = float(a.std()) if a.size else 1.0
+                a = (rng.standard_normal(a.shape) * (scale or 1.0)).astype(a.dtype)
+            args.append(a)
+        return Case(tuple(args), case.label)
 
     def edges(self, rng, x: int, y: int) -> list[Case]:
         if self.edge_cases is None:

@@ -73,6 +73,7 @@ register(Problem(
     speed_threshold=BUFFERS_SPEED,
     uses_mesh=False,
     cases_per_mesh=3,
+    draws_per_shape=1,
     edge_cases=ref.moe_local_edge_cases,
     layouts=((2, 4),),
 ))
@@ -92,6 +93,7 @@ register(Problem(
     rules=(rules.no_shard_map,),
     speed_threshold=BUFFERS_SPEED,
     cases_per_mesh=1,
+    draws_per_shape=1,  # the routing is drawn with the shape: a new draw is a new shape
     edge_cases=ref.moe_edge_cases,
 ))
 
@@ -109,6 +111,7 @@ register(Problem(
     baseline=moe_baseline,
     rules=(rules.all_of(rules.uses_shard_map, rules_moe.gathers_activations_over_x),),
     cases_per_mesh=1,
+    draws_per_shape=1,  # the routing is drawn with the shape: a new draw is a new shape
     edge_cases=ref.moe_edge_cases,
 ))
 
@@ -127,6 +130,7 @@ register(Problem(
     rules=ALL_TO_ALL_RULES,
     memory_bound=_all_to_all_memory_bound,
     cases_per_mesh=1,
+    draws_per_shape=1,  # the routing is drawn with the shape: a new draw is a new shape
     edge_cases=ref.moe_edge_cases,
     speed_layout=(8, 1),
 ))
@@ -146,6 +150,7 @@ register(Problem(
     rules=ALL_TO_ALL_RULES,
     memory_bound=_all_to_all_memory_bound,
     cases_per_mesh=1,
+    draws_per_shape=1,  # the routing is drawn with the shape: a new draw is a new shape
     edge_cases=ref.moe_topk_edge_cases,
     speed_layout=(8, 1),
 ))

@@ -138,12 +138,13 @@ def _to_next_group(s, x, per_group):
 def moe_edge_cases(rng, x, y):
     """All tokens to the first / the last expert, E == X and E == 3X, empty experts, every
     X-group's tokens sent to the next group (the most rounds a chunked exchange can need), and
-    that again with MANY tokens per group, so a chunked exchange runs several rounds."""
+    that again with MANY tokens per group, so a chunked exchange runs several rounds. The
+    routings at E == 3X share one shape: one compiled program runs all three."""
     s, d, f = _edge_shapes(x, y)
     out = []
     for e, b in ((x, np.zeros(s)), (3 * x, np.full(s, 3 * x - 1)),
                  (3 * x, _to_next_group(s, x, 3)),
-                 (2 * x, rng.choice([1, 2 * x - 1], size=s))):
+                 (3 * x, rng.choice([1, 3 * x - 1], size=s))):
         a, w = _weights(rng, (s, d), e, f)
         out.append((a, np.asarray(b, np.int32), w))
     a, w = _weights(rng, (MANY * x, d), 2 * x, f)
@@ -152,8 +153,9 @@ def moe_edge_cases(rng, x, y):
 
 
 def moe_topk_edge_cases(rng, x, y):
-    """k = 1; every token's k choices equal (a sum would be k times too big); all to one expert;
-    k larger than E; MANY tokens per X-group, both choices in the next group (several rounds)."""
+    """k = 1; every token's k choices equal (a sum would be k times too big); all to one expert
+    (the same shape: one program runs both); k larger than E; MANY tokens per X-group, both
+    choices in the next group (several rounds)."""
     s, d, f = _edge_shapes(x, y)
     out = []
     e = 2 * x
@@ -161,7 +163,7 @@ def moe_topk_edge_cases(rng, x, y):
     out.append((a, routing(rng, "uniform", (s, 1), e, x), w))
     same = np.repeat(routing(rng, "uniform", (s, 1), e, x), 3, axis=1)
     out.append((a, same, w))
-    out.append((a, np.full((s, 2), e - 1, np.int32), w))
+    out.append((a, np.full((s, 3), e - 1, np.int32), w))
     a, w = _weights(rng, (s, d), x, f)
     out.append((a, routing(rng, "skewed", (s, 3), x, x) if x > 1
                 else np.zeros((s, 3), np.int32), w))
