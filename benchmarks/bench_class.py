@@ -1,6 +1,7 @@
 """A class graded end to end: how long, and whether identical programs really cost one grading.
 
     python benchmarks/bench_class.py [--students 30] [--clones 10] [--workers 2] [--seed 0]
+                                     [--local-cluster N]
                                      [--scheduler ADDRESS] [--json FILE]
 
 Builds a class of complete submissions (every assignment) in the nbgrader layout and grades it
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import json
 import os
 import random
@@ -166,6 +168,9 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0, help="how the class is drawn")
     ap.add_argument("--scheduler", help="grade on this Dask scheduler instead of locally")
+    ap.add_argument("--local-cluster", type=int, default=0, metavar="N",
+                    help="grade on a Dask LocalCluster of N one-thread workers on this machine "
+                         "(run it with 1 and with 2 to measure the scale-out)")
     ap.add_argument("--json", help="write the summary here")
     a = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-class-") as tmp:
@@ -177,10 +182,18 @@ def main(argv=None) -> int:
         warm_cache(opts)
         warm_s = time.monotonic() - t0
         kw = {"scheduler": a.scheduler} if a.scheduler else {}
-        t0 = time.monotonic()
-        outs = grade_all(tmp / "class", workers=a.workers, out=tmp / "out" / "grades.csv",
-                         opts=opts, progress=True, warm=False, **kw)
-        secs = time.monotonic() - t0
+        with contextlib.ExitStack() as stack:
+            if a.local_cluster:
+                from distributed import LocalCluster
+
+                cluster = stack.enter_context(LocalCluster(
+                    n_workers=a.local_cluster, threads_per_worker=1, processes=True,
+                    dashboard_address=None))
+                kw = {"scheduler": cluster.scheduler_address}
+            t0 = time.monotonic()
+            outs = grade_all(tmp / "class", workers=a.workers, out=tmp / "out" / "grades.csv",
+                             opts=opts, progress=True, warm=False, **kw)
+            secs = time.monotonic() - t0
         reports: dict = {}
         for o in outs:
             reports.setdefault(o.item.student, {})[o.item.assignment] = o.report
@@ -200,11 +213,14 @@ def main(argv=None) -> int:
         complete = len(reports)
         # machine-seconds per complete submission, by kind (task seconds overlap `workers` ways)
         per_kind = {"distinct": [], "clone": []}
+        ways = max(1, a.local_cluster or a.workers)
         for st, first in origin.items():
             per_kind["clone" if first else "distinct"].append(
-                sum(r.get("seconds", 0.0) for r in reports[st].values()) / max(1, a.workers))
+                sum(r.get("seconds", 0.0) for r in reports[st].values()) / ways)
         cost = {k: round(sum(v) / len(v), 1) for k, v in per_kind.items() if v}
-        summary = {"students": complete, "clones": a.clones, "workers": a.workers,
+        summary = {"students": complete, "clones": a.clones,
+                   "workers": (f"dask LocalCluster x{a.local_cluster}" if a.local_cluster
+                               else "dask" if a.scheduler else a.workers),
                    "submissions": len(outs), "seconds": round(secs, 1),
                    "warm_seconds": round(warm_s, 1),
                    "seconds_per_complete_submission": round(secs / max(1, complete), 1),
