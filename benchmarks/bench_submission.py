@@ -54,9 +54,7 @@ def compile_floor(asg: str, seed: int = 0) -> tuple[int, float]:
         replies = LocalExporter.of(p.name, getattr(sol, p.name)).export(plan.all_requests())
         programs = grading.Programs(plan, replies)
         todo = [(lay, c, True) for lay, cs in plan.cases() for c in cs]
-        if plan.with_big:
-            todo += [(*plan.big("memory"), "memory")] if p.memory_bound is not None else []
-            todo += [(*plan.big("speed"), "speed")] if p.baseline is not None else []
+        todo += [(*plan.big(size), size) for size in plan.big_sizes()]
         seen = set()
         for layout, case, how in todo:
             rid = plan.request(layout, case).id

@@ -47,6 +47,39 @@ def test_feedback_is_readable_and_reveals_no_hidden_inputs(demo):
     assert "make_case" not in html and "default_rng" not in html
 
 
+def _course_with_student(tmp_path, monkeypatch, student: str, config: str = ""):
+    """A fresh nbgrader course for ps1 (the demo's config plus ``config``) with ``student``
+    in its gradebook and the release copied to their submitted folder: (demo module, nbgrader
+    API, course folder, submitted folder). nbgrader's API works from the course folder."""
+    import shutil
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    import demo
+    from nbgrader.api import Gradebook
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    course = tmp_path / "course"
+    course.mkdir()
+    (course / "nbgrader_config.py").write_text(demo.CONFIG + config)
+    demo.copy_source("ps1_sharding", course)
+    api = demo.nbgrader_api(course)
+    demo.check(api.generate_assignment("ps1_sharding", force=True), "generate")
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        gb.add_student(student)
+    sub = course / "submitted" / student / "ps1_sharding"
+    shutil.copytree(course / "release" / "ps1_sharding", sub)
+    return demo, api, course, sub
+
+
+def _hand_in(sub, nb) -> None:
+    """Write the student's notebook and the timestamp nbgrader reads beside it."""
+    import nbformat
+
+    nbformat.write(nb, sub / "ps1_sharding.ipynb")
+    (sub / "timestamp.txt").write_text("2026-11-21 12:00:00.000000 UTC")
+
+
 ATTACK_CELL = '''\
 import sys, types
 fake = types.ModuleType("autograder.classroom.cells")
@@ -63,31 +96,12 @@ def test_autograde_ignores_what_the_kernel_says(tmp_path, monkeypatch):
     """Through ``nbgrader autograde`` itself: a student cell that replaces the grader in its
     kernel (so a hidden cell run there would print full marks), with every answer left
     unsolved, still scores zero; the student's cell did run (in the sandbox)."""
-    import shutil
-
     import nbformat
 
-    sys.path.insert(0, str(ROOT / "tools"))
-    import demo
-
-    monkeypatch.chdir(tmp_path)  # nbgrader's API works from the course folder
-    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:{os.environ['PATH']}")
-    course = tmp_path / "course"
-    course.mkdir()
-    (course / "nbgrader_config.py").write_text(demo.CONFIG)
-    demo.copy_source("ps1_sharding", course)
-    api = demo.nbgrader_api(course)
-    demo.check(api.generate_assignment("ps1_sharding", force=True), "generate")
-    from nbgrader.api import Gradebook
-
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
-        gb.add_student("mallory")
-    sub = course / "submitted" / "mallory" / "ps1_sharding"
-    shutil.copytree(course / "release" / "ps1_sharding", sub)
+    demo, api, course, sub = _course_with_student(tmp_path, monkeypatch, "mallory")
     nb = nbformat.read(sub / "ps1_sharding.ipynb", as_version=4)
     nb.cells.insert(1, nbformat.v4.new_code_cell(ATTACK_CELL))
-    nbformat.write(nb, sub / "ps1_sharding.ipynb")
-    (sub / "timestamp.txt").write_text("2026-11-21 12:00:00.000000 UTC")
+    _hand_in(sub, nb)
     demo.check(api.autograde("ps1_sharding", "mallory"), "autograde")
     assert demo.scores(course, "mallory", ["ps1_sharding"])["ps1_sharding"] == (0, 10)
     graded = nbformat.read(course / "autograded" / "mallory" / "ps1_sharding" /
@@ -98,36 +112,18 @@ def test_autograde_ignores_what_the_kernel_says(tmp_path, monkeypatch):
 def test_autograde_stopped_mid_run_leaves_no_process_behind(tmp_path, monkeypatch):
     """``nbgrader autograde`` killed while the grader runs a hand-in's program that never ends:
     the judge and its sandbox end with it."""
-    import shutil
     import signal
 
     import nbformat
     from test_honest import HANGS, _alive, _cmdline, _tree
 
-    sys.path.insert(0, str(ROOT / "tools"))
-    import demo
-
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:{os.environ['PATH']}")
-    course = tmp_path / "course"
-    course.mkdir()
-    (course / "nbgrader_config.py").write_text(demo.CONFIG)
-    demo.copy_source("ps1_sharding", course)
-    api = demo.nbgrader_api(course)
-    demo.check(api.generate_assignment("ps1_sharding", force=True), "generate")
-    from nbgrader.api import Gradebook
-
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
-        gb.add_student("hal")
-    sub = course / "submitted" / "hal" / "ps1_sharding"
-    shutil.copytree(course / "release" / "ps1_sharding", sub)
+    demo, api, course, sub = _course_with_student(tmp_path, monkeypatch, "hal")
     nb = nbformat.read(sub / "ps1_sharding.ipynb", as_version=4)
     cell = next(c for c in nb.cells if "def shard_average_jit" in c.source)
     cell.source = HANGS
     # its own check cell would hang the notebook's run first: the student took it out
     nb.cells = [c for c in nb.cells if 'check("shard_average_jit"' not in c.source]
-    nbformat.write(nb, sub / "ps1_sharding.ipynb")
-    (sub / "timestamp.txt").write_text("2026-11-21 12:00:00.000000 UTC")
+    _hand_in(sub, nb)
     p = subprocess.Popen([str(Path(sys.executable).parent / "nbgrader"), "autograde",
                           "ps1_sharding", "--student", "hal"], cwd=course,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -229,36 +225,18 @@ def test_a_hang_costs_one_limit_not_two(tmp_path, monkeypatch):
     limit once: the notebook run for the feedback goes on beside the grading and is stopped
     when the grading finds the hang, instead of waiting out its own cell limit afterwards. The
     limits come from nbgrader_config.py."""
-    import shutil
     import time
 
     import nbformat
 
-    sys.path.insert(0, str(ROOT / "tools"))
-    import demo
-
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:{os.environ['PATH']}")
-    course = tmp_path / "course"
-    course.mkdir()
-    (course / "nbgrader_config.py").write_text(
-        demo.CONFIG + "c.GradeInSandbox.function_timeout = 20\n"
+    demo, api, course, sub = _course_with_student(
+        tmp_path, monkeypatch, "hal", "c.GradeInSandbox.function_timeout = 20\n"
         "c.GradeInSandbox.cell_timeout = 600\nc.GradeInSandbox.with_speed = False\n")
-    demo.copy_source("ps1_sharding", course)
-    api = demo.nbgrader_api(course)
-    demo.check(api.generate_assignment("ps1_sharding", force=True), "generate")
-    from nbgrader.api import Gradebook
-
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
-        gb.add_student("hal")
-    sub = course / "submitted" / "hal" / "ps1_sharding"
-    shutil.copytree(course / "release" / "ps1_sharding", sub)
     nb = nbformat.read(sub / "ps1_sharding.ipynb", as_version=4)
     (answer,) = [c for c in nb.cells
                  if c.metadata.get("nbgrader", {}).get("grade_id") == "solution_roll_diff"]
     answer.source = HANG_CELL
-    nbformat.write(nb, sub / "ps1_sharding.ipynb")
-    (sub / "timestamp.txt").write_text("2026-11-21 12:00:00.000000 UTC")
+    _hand_in(sub, nb)
     t0 = time.monotonic()
     demo.check(api.autograde("ps1_sharding", "hal"), "autograde")
     took = time.monotonic() - t0

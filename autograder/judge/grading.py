@@ -172,6 +172,12 @@ def cpu_options(options: dict) -> dict:
     return {k: v for k, v in options.items() if _known_option(k, v)}
 
 
+def on_cpu(options: dict) -> Optional[dict]:
+    """``options`` (:func:`cpu_options`) where the course meshes are emulated on CPU; None (as
+    XLA would compile) on an accelerator."""
+    return cpu_options(options) if current_platform() == "cpu" else None
+
+
 def compile_for(problem: Problem, fn, mesh, args, *, baseline: bool = False,
                 options: Optional[dict] = None):
     """jit + lower + compile trusted ``fn`` (the jit baseline) for these placed args."""
@@ -192,7 +198,7 @@ def _runner(cpu: dict) -> Callable:
         import jax
 
         lowered = jax.jit(fn).lower(*args)
-        return lowered.compile(cpu_options(cpu) if current_platform() == "cpu" else None)(*args)
+        return lowered.compile(on_cpu(cpu))(*args)
 
     return run
 
@@ -201,7 +207,7 @@ def speed_options() -> Optional[dict]:
     """How the speed case is compiled, the student's program and the baseline alike: on CPU,
     where the TPU model is the basis and the program runs once for its values,
     :data:`SPEED_CPU_COMPILE` (both sides the same); elsewhere as XLA would."""
-    return cpu_options(SPEED_CPU_COMPILE) if current_platform() == "cpu" else None
+    return on_cpu(SPEED_CPU_COMPILE)
 
 
 def _signature(problem: Problem, case: Case) -> tuple:
@@ -269,6 +275,13 @@ class Plan:
         rng = self._rng(1000 + ("memory", "speed").index(size))
         return layout, self.problem.case(rng, *layout, size)
 
+    def big_sizes(self) -> list[str]:
+        """The big cases this plan grades: "memory" and "speed", where the problem has them."""
+        if not self.with_big:
+            return []
+        return (["memory"] if self.problem.memory_bound is not None else []) + (
+            ["speed"] if self.problem.baseline is not None else [])
+
     def request(self, layout, case: Case) -> ExportRequest:
         key = (tuple(layout), _signature(self.problem, case))
         if key not in self.requests:
@@ -284,11 +297,8 @@ class Plan:
         for layout, cases in self.cases():
             for c in cases:
                 self.request(layout, c)
-        if self.with_big:
-            sizes = (["memory"] if self.problem.memory_bound is not None else []) + (
-                ["speed"] if self.problem.baseline is not None else [])
-            for size in sizes:
-                self.request(*self.big(size))
+        for size in self.big_sizes():
+            self.request(*self.big(size))
         return list(self.requests.values())
 
 
@@ -363,10 +373,10 @@ class Programs:
 
             art = self.artifact(layout, case)
             lowered = jax.jit(art.call).lower(*_dynamic(self.plan.problem, args))
-            if fast and current_platform() == "cpu":
-                return lowered.compile(cpu_options(
-                    MEMORY_CPU_COMPILE if fast == "memory" else FAST_CPU_COMPILE))
-            return lowered.compile()
+            if not fast:
+                return lowered.compile()
+            return lowered.compile(on_cpu(MEMORY_CPU_COMPILE if fast == "memory"
+                                          else FAST_CPU_COMPILE))
 
         return self._once((self.plan.request(layout, case).id, fast), make)
 
@@ -399,8 +409,7 @@ class Programs:
             trips = trip_counts(art.exported, dynamic, run=_runner(SPEED_CPU_COMPILE))
             lowered = jax.jit(pinned(art.exported, trips).call).lower(*dynamic)
             # only its partitioned module is read (never run): the quickest compile
-            fast = cpu_options(FAST_CPU_COMPILE) if current_platform() == "cpu" else None
-            return compile_partitioned(lowered, fast)[1], trips
+            return compile_partitioned(lowered, on_cpu(FAST_CPU_COMPILE))[1], trips
 
         return self._once((self.plan.request(layout, case).id, "pinned"), make)
 
