@@ -376,11 +376,12 @@ def grade_all(root: Path, *, workers: int = 1, out: Optional[Path] = None,
     ``force``: True grades every hand-in again; a set of student names grades theirs again
     (the others' verified reports are reused, so the CSV still lists the whole class)."""
     from ..supervisor.options import Options
-    from ..supervisor.supervise import warm_cache
+    from ..supervisor.supervise import JUDGES, warm_cache
 
     opts = opts or Options()
     root = Path(root)
     items = discover(root)
+    JUDGES.reserve(workers)  # a warm trusted grader for each submission graded at once
     if isinstance(force, (set, frozenset)):
         unknown = sorted(force - {it.student for it in items})
         if unknown:

@@ -8,8 +8,10 @@ Two boundaries, one format (JSON lines, one record per line, ``{"type": ..., **f
   :class:`Loaded`) and answers each request with a serialized ``jax.export`` artifact or an
   error text (:class:`ExportReply`). Everything the worker sends is untrusted: :func:`parse`
   checks types and sizes and never evaluates anything.
-* trusted grader -> supervisor (:mod:`autograder.supervisor`): :class:`Plan`, :class:`Start`,
-  :class:`Result`, :class:`Done`.
+* trusted grader <-> supervisor (:mod:`autograder.supervisor`): a warm grader is given a
+  :class:`Job` (one submission) on its stdin; it answers :class:`Plan`, :class:`Start`,
+  :class:`Owner`, :class:`Result`, :class:`Restart` and :class:`Done`, then :class:`Ready` when it
+  takes another.
 
 Each record rebuilds itself with ``from_dict``; nothing is re-assembled by hand elsewhere.
 """
@@ -174,7 +176,46 @@ class ExecutedNotebook(Record):
     text: str
 
 
-# -- trusted grader -> supervisor ---------------------------------------------------------------
+# -- trusted grader <-> supervisor --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Job(Record):
+    """One submission for a warm trusted grader (``python -m autograder.judge --serve``): what
+    differs between submissions graded with the same options. Paths are the supervisor's
+    private copies; ``only`` and ``skip`` as the judge's ``--only``/``--skip``."""
+
+    TYPE: ClassVar[str] = "job"
+    submission: str
+    #: the folder the judge works in for this job, and its own log there
+    cwd: str
+    grader_log: str
+    #: the untrusted worker's output
+    log: str
+    assignment: Optional[str] = None
+    only: Optional[list] = None
+    skip: list = field(default_factory=list)
+    folder: bool = False
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Job":
+        _expect_keys(d, cls, extra=("type",))
+        asg, only = d.get("assignment"), d.get("only")
+        return cls(_str(d["submission"]), _str(d["cwd"]), _str(d["grader_log"]), _str(d["log"]),
+                   None if asg is None else _str(asg),
+                   None if only is None else _strs(only, 100, 100),
+                   [_int(v, "skip") for v in d.get("skip", [])][:1000],
+                   bool(d.get("folder", False)))
+
+
+@dataclass(frozen=True)
+class Ready(Record):
+    """A warm trusted grader finished its job (its :class:`Done` was sent), cleared what it
+    compiled, and takes another. A grader that does not say so is never given one."""
+
+    TYPE: ClassVar[str] = "ready"
+
+
 
 
 @dataclass(frozen=True)
@@ -272,7 +313,8 @@ class Done(Record):
 
 
 TYPES = {c.TYPE: c for c in (ExportRequest, Quit, Loading, Loaded, ExportReply,
-                             ExecutedNotebook, Plan, Start, Owner, Result, Restart, Done)}
+                             ExecutedNotebook, Job, Plan, Start, Owner, Result, Restart, Done,
+                             Ready)}
 
 
 def parse(line: str | bytes, allowed: tuple = ()) -> Record:

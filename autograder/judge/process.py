@@ -1,7 +1,14 @@
-"""The trusted grader: one submission, graded from the programs its worker exports.
+"""The trusted grader: submissions graded from the programs their workers export.
 
     python -m autograder.judge SUBMISSION [--assignment ID] [--only f,g] [--seed N]
         [--quick] [--no-speed] [--no-isolation] [--skip 3,7] [--cache-dir DIR]
+    python -m autograder.judge --serve [--seed N] [--quick] ...   # warm: one Job after another
+
+With ``--serve`` it grades one :class:`~autograder.core.records.Job` after another from its stdin
+(the options shared by every job on its command line, once), each with a fresh sandbox of its
+own, and says :class:`~autograder.core.records.Ready` after each; JAX stays imported and the
+baselines' modules stay read, which is what a warm grader saves. The supervisor's
+:class:`~autograder.supervisor.supervise.JudgePool` keeps such graders.
 
 Started by the supervisor (:mod:`autograder.supervisor`), which reads its records
 (:mod:`autograder.core.records`: ``plan``, ``start``, ``result``, ``done``) from stdout and enforces
@@ -154,9 +161,85 @@ def run(a, send, exporter) -> None:
         exporter.close()
 
 
+def _quiet(extra_s: float) -> bool:
+    """Whether every thread of the last job has ended (within ``extra_s``): a compile of its
+    program still running on a pool thread, or its worker's pipes still read, would reach into
+    the next submission's grading, so a grader where one lingers is not given another job. The
+    process's own effective clock (:data:`~autograder.core.clock.CLOCK`) is not a job's."""
+    import threading
+
+    from ..core.clock import CLOCK
+
+    deadline = time.monotonic() + extra_s
+    others = [t for t in threading.enumerate()
+              if t is not threading.current_thread() and t is not CLOCK._thread]
+    for t in others:
+        t.join(max(0.0, deadline - time.monotonic()))
+    left = [t.name for t in others if t.is_alive()]
+    if left:
+        print(f"threads still running after the submission: {left}; this grader ends",
+              file=sys.stderr)
+    return not left
+
+
+def serve(a, send, setup) -> int:
+    """Grade one :class:`~autograder.core.records.Job` from stdin after another until stdin
+    closes. After each, what the job compiled is dropped and :class:`Ready` is sent; a job that
+    ran past a time limit (work of its submission may still run here) ends this process
+    instead, so nothing of one submission can reach the next one's verdicts. ``setup()``
+    starts JAX; it is called once the first job's worker is loading (the two overlap)."""
+    import gc
+
+    from ..core import errors
+    from ..core.records import Job, Ready, RecordError, parse
+    from . import timing
+
+    first = True
+    while True:
+        line = sys.stdin.buffer.readline()
+        if not line:
+            return 0
+        try:
+            job = parse(line, allowed=(Job,))
+        except RecordError as e:
+            print(f"not a job: {e}", file=sys.stderr)
+            return 2
+        log = os.open(job.grader_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(log, 2)
+        os.dup2(log, 1)
+        os.close(log)
+        os.chdir(job.cwd)
+        ja = argparse.Namespace(**{**vars(a), "submission": job.submission, "log": job.log,
+                                   "assignment": job.assignment or a.assignment,
+                                   "only": ",".join(job.only) if job.only else None,
+                                   "skip": ",".join(map(str, job.skip)),
+                                   "folder": job.folder or a.folder})
+        exporter = exporter_for(ja)
+        if first:
+            setup()
+            timing.add("start (this process and JAX)", time.perf_counter() - _T0)
+            first = False
+        with timing.phase("grading"):
+            run(ja, send, exporter)
+        timing.write(ja.assignment or Path(ja.submission).stem)
+        timing.reset()
+        if errors.EXPIRED or not _quiet(extra_s=5.0):
+            return 0
+        import jax
+
+        from . import grading
+
+        grading.OWNER_HOOK = None
+        jax.clear_caches()
+        gc.collect()
+        send(Ready())
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m autograder.judge")
     ap.add_argument("submission", nargs="?")
+    ap.add_argument("--serve", action="store_true",
+                    help="grade one Job record from stdin after another (a warm grader)")
     ap.add_argument("--assignment")
     ap.add_argument("--only", help="comma-separated functions to grade")
     ap.add_argument("--seed", type=int, default=None, help="default: a fresh secret seed")
@@ -187,13 +270,18 @@ def main(argv=None) -> int:
         out.write(record.to_line())
         out.flush()
 
-    if a.warm is None and not a.submission:
+    if a.warm is None and not a.serve and not a.submission:
         ap.error("a submission is required")
-    exporter = exporter_for(a) if a.warm is None else None  # it loads while JAX starts here
-    from ..core.devices import setup_devices
+    def setup() -> None:
+        from ..core.devices import setup_devices
 
-    setup_devices()
-    enable_cache(a.cache_dir)
+        setup_devices()
+        enable_cache(a.cache_dir)
+
+    if a.serve:
+        return serve(a, send, setup)
+    exporter = exporter_for(a) if a.warm is None else None  # it loads while JAX starts here
+    setup()
     if a.warm is not None:
         warm([w for w in a.warm if w != "all"], with_speed=not a.no_speed)
         return 0

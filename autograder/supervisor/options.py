@@ -36,6 +36,9 @@ class Limits:
     output_mb: int = 32
     #: how many times a crashed/hung grader is restarted for one submission
     max_restarts: int = 12
+    #: submissions one warm trusted grader takes before it is replaced (1: a fresh grader for
+    #: every submission); see :class:`autograder.supervisor.supervise.JudgePool`
+    judge_jobs: int = 25
 
     def budget(self, n_functions: int) -> float:
         if self.per_submission_s:
@@ -104,7 +107,9 @@ class Options:
     limits: Limits = field(default_factory=Limits)
 
     def argv(self) -> list[str]:
-        """The trusted grader's options: the one place they cross the process boundary."""
+        """The trusted grader's options, shared by every submission it grades: the one place
+        they cross the process boundary (what differs per submission, the assignment and the
+        folder among it, travels in its :class:`~autograder.core.records.Job`)."""
         lim = self.limits
         out = ["--statement-timeout", str(lim.statement_s), "--load-timeout", str(lim.load_s),
                "--export-timeout", str(min(lim.export_s, lim.per_function_s / 2)),
@@ -112,8 +117,6 @@ class Options:
         if lim.address_space_mb:
             out += ["--address-space-mb", str(lim.address_space_mb)]
         out += ["--memory-mb", str(lim.student_memory_mb)]
-        if self.assignment:
-            out += ["--assignment", self.assignment]
         if self.quick:
             out.append("--quick")
         if self.seed is not None:
@@ -122,8 +125,6 @@ class Options:
             out.append("--no-speed")
         if not self.isolation:
             out.append("--no-isolation")
-        if self.folder:
-            out.append("--folder")
         cache = cache_for(self)
         if cache is not None:
             out += ["--cache-dir", str(cache)]

@@ -17,19 +17,22 @@ Nothing here imports JAX: the supervisor stays light, whatever a program does.
 """
 from __future__ import annotations
 
+import atexit
 import os
 import resource
 import select
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
 from ..core.clock import CLOCK, Deadline
-from ..core.records import Done, Owner, Plan, RecordError, Restart, Result, Start, parse
+from ..core.records import (Done, Job, Owner, Plan, Ready, RecordError, Restart, Result, Start,
+                            parse)
 from ..core.results import CheckResult, FunctionResult, SubmissionResult, skipped
 from ..isolation.processes import die_with_parent
 from .handin import MAX_HANDIN, own_files, read_capped
@@ -107,36 +110,190 @@ class _Run:
 #: seconds a judge that closed its output is given to exit before it is killed
 EXIT_GRACE_S = 10.0
 
+#: seconds a warm judge is given to say it is ready for another submission
+READY_S = 10.0
+
+
+@dataclass
+class _Judge:
+    """A trusted grader process in ``--serve`` mode, started with ``key`` as its options."""
+
+    proc: subprocess.Popen
+    key: tuple
+    jobs: int = 0
+
+
+class JudgePool:
+    """Warm trusted graders (``python -m autograder.judge --serve``), kept between the
+    submissions this process grades with the same options: JAX imported and the baselines'
+    modules read once, not once per submission. Every submission still gets a fresh sandbox
+    (the judge starts one per :class:`~autograder.core.records.Job`).
+
+    A judge is given another submission only if its last one ended cleanly (its ``done`` record
+    read, no time or memory limit reached, no restart asked) and it then said ``ready`` (it says
+    so only when no time limit ran out in it and every thread of that job has ended); it is
+    replaced after ``Limits.judge_jobs`` submissions. Anything else, a crash included, ends it,
+    and the next submission starts a fresh one. Safe to share between threads."""
+
+    def __init__(self, most_idle: int = 2):
+        #: idle judges kept at most (each holds JAX and its caches: a few hundred MB)
+        self.most_idle = most_idle
+        self._idle: list[_Judge] = []
+        self._lock = threading.Lock()
+        #: judges started by this pool (tests and benchmarks read it)
+        self.started = 0
+
+    def reserve(self, n: int) -> None:
+        """Keep up to ``n`` idle judges (``grade-all --workers n`` grades ``n`` at once)."""
+        with self._lock:
+            self.most_idle = max(self.most_idle, n)
+
+    def take(self, opts: Options, log: Path) -> _Judge:
+        """A judge for ``opts``: an idle one started with the same options, limits and
+        environment that says it is ready, else a new one (whose output before its first job
+        goes to ``log``)."""
+        argv = opts.argv()
+        key = (tuple(argv), tuple(sorted(opts.limits.to_dict().items())),
+               tuple(sorted(os.environ.items())))
+        while True:
+            with self._lock:
+                judge = next((j for j in reversed(self._idle) if j.key == key), None)
+                if judge is not None:
+                    self._idle.remove(judge)
+            if judge is None:
+                break
+            if _says_ready(judge):
+                return judge
+            _end(judge)
+        cmd = [sys.executable, "-m", "autograder.judge", "--serve", *argv]
+        with open(log, "ab") as logf:
+            proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=logf, cwd=log.parent, start_new_session=True,
+                                    preexec_fn=_preexec(opts.limits))
+        os.set_blocking(proc.stdin.fileno(), False)
+        with self._lock:
+            self.started += 1
+        return _Judge(proc, key)
+
+    def give_back(self, judge: _Judge, limits: Limits) -> None:
+        """Keep ``judge`` for another submission, or end it (it has had its share, or enough
+        are idle already)."""
+        judge.jobs += 1
+        if judge.jobs >= limits.judge_jobs or (
+                limits.memory_mb and _rss_mb(judge.proc.pid) > limits.memory_mb / 2):
+            _retire(judge)
+            return
+        with self._lock:
+            self._idle.append(judge)
+            evicted = self._idle[:-self.most_idle] if len(self._idle) > self.most_idle else []
+            del self._idle[:len(evicted)]
+        for j in evicted:  # the longest idle make room
+            _retire(j)
+
+    def pids(self) -> list[int]:
+        """The idle judges' process ids (benchmarks read their CPU time)."""
+        with self._lock:
+            return [j.proc.pid for j in self._idle]
+
+    def close(self) -> None:
+        """End every idle judge."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for j in idle:
+            _retire(j)
+
+
+def _says_ready(judge: _Judge) -> bool:
+    """Whether ``judge`` is alive and its output holds exactly one ``ready`` record (within
+    :data:`READY_S`)."""
+    if judge.proc.poll() is not None:
+        return False
+    fd, buf = judge.proc.stdout.fileno(), b""
+    deadline = CLOCK.deadline(READY_S)
+    while b"\n" not in buf and not deadline.expired():
+        ready, _, _ = select.select([fd], [], [], 0.2)
+        if ready:
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                return False
+            buf += chunk
+    if not buf.endswith(b"\n") or buf.count(b"\n") != 1:
+        return False
+    try:
+        return isinstance(parse(buf, allowed=(Ready,)), Ready)
+    except RecordError:
+        return False
+
+
+def _retire(judge: _Judge) -> None:
+    """End a judge that has nothing to do: its stdin closes (it exits), and it is killed if it
+    has not gone within a moment."""
+    try:
+        judge.proc.stdin.close()
+        judge.proc.wait(timeout=2)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    _end(judge)
+
+
+def _end(judge: _Judge) -> None:
+    """Kill ``judge`` and close its pipes."""
+    _kill(judge.proc)
+    for f in (judge.proc.stdin, judge.proc.stdout):
+        try:
+            f.close()
+        except OSError:
+            pass
+
+
+#: this process's warm judges (``grade``, ``grade-all``'s threads, nbgrader's autograde, a Dask
+#: worker): they end with it
+JUDGES = JudgePool()
+atexit.register(JUDGES.close)
+
+
+def _give_job(judge: _Judge, job: Job) -> bool:
+    """Write ``job`` to the judge's stdin without waiting (a pipe a judge between jobs has
+    emptied takes a line at once); False if it could not take it."""
+    data = job.to_line().encode()
+    try:
+        return os.write(judge.proc.stdin.fileno(), data) == len(data)
+    except OSError:  # gone, or its pipe is full (it never read the last job)
+        return False
+
 
 def _run_grader(sub: Path, work: Path, opts: Options, *, only: Optional[list[str]],
                 skip: list[int], deadline: Deadline) -> _Run:
-    """One judge process, from its start until it ends or is stopped. Every wait is bounded:
-    by the per-function limit while it grades a function (effective time,
-    :mod:`autograder.core.clock`), by the loading limit before, by ``deadline`` always, and by
-    :data:`EXIT_GRACE_S` once it has closed its output."""
+    """One job of a judge (warm or new), from its start until its ``done`` record, its end, or
+    its stop. Every wait is bounded: by the per-function limit while it grades a function
+    (effective time, :mod:`autograder.core.clock`), by the loading limit before, by
+    ``deadline`` always, and by :data:`EXIT_GRACE_S` once it has closed its output."""
     from ..isolation.sandbox import describe_exit
 
     lim = opts.limits
-    cmd = [sys.executable, "-m", "autograder.judge", str(sub), *opts.argv(),
-           "--log", str(work / "student.log")]
-    if only is not None:
-        cmd += ["--only", ",".join(only)]
-    if skip:
-        cmd += ["--skip", ",".join(map(str, skip))]
     run = _Run()
-    with open(work / "grader.log", "ab") as logf:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=logf, cwd=work, start_new_session=True,
-                                preexec_fn=_preexec(lim))
+    job = Job(submission=str(sub), cwd=str(work), grader_log=str(work / "grader.log"),
+              log=str(work / "student.log"), assignment=opts.assignment,
+              only=None if only is None else list(only), skip=list(skip), folder=opts.folder)
+    judge = JUDGES.take(opts, work / "grader.log")
+    if not _give_job(judge, job):  # a warm judge that cannot take it: a fresh one
+        _end(judge)
+        judge = JUDGES.take(opts, work / "grader.log")
+        if not _give_job(judge, job):
+            _end(judge)
+            run.stopped = "the grading process could not be given the submission"
+            return run
+    proc = judge.proc
     fd = proc.stdout.fileno()
     buf = b""
+    done = False
     phase = CLOCK.deadline(lim.load_s + 60).sooner(deadline)
     try:
-        while True:
+        while not done:
             ready, _, _ = select.select([fd], [], [], 0.2)
             chunk = os.read(fd, 1 << 16) if ready else b""
             buf += chunk
-            while b"\n" in buf:
+            while b"\n" in buf and not done:
                 line, buf = buf.split(b"\n", 1)
                 try:
                     rec = parse(line, allowed=(Plan, Start, Owner, Result, Restart, Done))
@@ -152,12 +309,16 @@ def _run_grader(sub: Path, work: Path, opts: Options, *, only: Optional[list[str
                     run.function = None
                 elif isinstance(rec, Restart):
                     run.restart = rec.why
+                elif isinstance(rec, Done):
+                    done = True
+            if done:
+                break
             if ready and not chunk:  # it closed its output: it is ending
                 try:
                     rc = proc.wait(timeout=EXIT_GRACE_S)
                 except subprocess.TimeoutExpired:
                     rc = None  # stuck on its way out: the finally below kills it
-                if run.restart is None and not any(isinstance(r, Done) for r in run.records):
+                if run.restart is None:
                     run.stopped = ("it did not exit after closing its output" if rc is None
                                    else describe_exit(rc) if rc != 0 else
                                    "the grading process stopped early")
@@ -178,8 +339,11 @@ def _run_grader(sub: Path, work: Path, opts: Options, *, only: Optional[list[str
                                "loading the submission ran past its time limit")
                 break
     finally:
-        proc.stdout.close()
-        _kill(proc)
+        if done and not buf and run.stopped is None and run.restart is None \
+                and proc.poll() is None:
+            JUDGES.give_back(judge, lim)  # it says whether it is ready when next taken
+        else:
+            _end(judge)
     return run
 
 

@@ -1,0 +1,103 @@
+"""Warm trusted graders (``JudgePool``): one judge takes submission after submission, and its
+verdicts are a fresh judge's; a judge that was stopped, or has had its share, is never given
+another; a change of options or environment gets a judge of its own."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _opts(**kw):
+    from autograder.supervisor.options import Limits, Options
+
+    limits = kw.pop("limits", {})
+    return Options(assignment="ps1_sharding", quick=True, with_speed=False, seed=11,
+                   cache_dir=None, limits=Limits(**limits), **kw)
+
+
+def _verdicts(res) -> dict:
+    return {(n, c.name): (c.passed, c.message) for n, f in res.functions.items()
+            for c in f.checks}
+
+
+def _hand_in(tmp_path: Path, name: str, src: Path) -> Path:
+    d = tmp_path / name
+    d.mkdir()
+    sub = d / "ps1_sharding.py"
+    sub.write_text(src.read_text())
+    return sub
+
+
+@pytest.fixture
+def pool():
+    from autograder.supervisor.supervise import JUDGES
+
+    JUDGES.close()  # no judge warmed by another test
+    yield JUDGES
+    JUDGES.close()
+
+
+def test_a_warm_judge_grades_the_next_submission_as_a_fresh_one_would(pool, tmp_path):
+    from autograder.supervisor.supervise import grade_submission
+
+    right = _hand_in(tmp_path, "a", ROOT / "solutions" / "ps1_sharding.py")
+    wrong = _hand_in(tmp_path, "b", ROOT / "tests" / "fixtures" / "ps1" / "wrong_slicing.py")
+    before = pool.started
+    warm = [grade_submission(s, _opts()) for s in (right, wrong, right)]
+    assert pool.started == before + 1, "each submission started a judge of its own"
+    kept = pool.pids()
+    assert len(kept) == 1
+    fresh = [grade_submission(s, _opts(limits={"judge_jobs": 1})) for s in (right, wrong)]
+    assert pool.started == before + 3 and pool.pids() == kept, "judge_jobs=1 kept a judge"
+    assert warm[0].score == warm[0].max_score and warm[1].score < warm[1].max_score
+    assert _verdicts(warm[0]) == _verdicts(fresh[0]) == _verdicts(warm[2])
+    assert _verdicts(warm[1]) == _verdicts(fresh[1])
+
+
+def test_a_judge_stopped_on_a_hang_is_never_given_another_submission(pool, tmp_path):
+    from autograder.supervisor.supervise import grade_submission
+
+    hangs = tmp_path / "h" / "ps1_sharding.py"
+    hangs.parent.mkdir()
+    hangs.write_text(HANGS)
+    right = _hand_in(tmp_path, "a", ROOT / "solutions" / "ps1_sharding.py")
+    before = pool.started
+    lim = {"per_function_s": 20.0}
+    res = grade_submission(hangs, _opts(only=["shard_average_jit"], limits=lim))
+    f = res.functions["shard_average_jit"]
+    assert f.score == 0 and not f.regrade, f.report()
+    assert not pool.pids(), "the judge that ran the endless program was kept"
+    res = grade_submission(right, _opts(only=["shard_average_jit"], limits=lim))
+    assert res.score == res.max_score, res.report()
+    assert pool.started == before + 2
+
+
+def test_other_options_or_environment_get_a_judge_of_their_own(pool, tmp_path, monkeypatch):
+    from autograder.supervisor.supervise import grade_submission
+
+    right = _hand_in(tmp_path, "a", ROOT / "solutions" / "ps1_sharding.py")
+    only = {"only": ["shard_average_shard_map"]}
+    before = pool.started
+    grade_submission(right, _opts(**only))
+    grade_submission(right, _opts(**only))
+    assert pool.started == before + 1
+    grade_submission(right, _opts(**only, limits={"statement_s": 30.0}))
+    assert pool.started == before + 2
+    monkeypatch.setenv("AUTOGRADER_POOL_TEST", "1")  # a judge sees the environment it began in
+    grade_submission(right, _opts(**only))
+    assert pool.started == before + 3
+    assert len(pool.pids()) <= pool.most_idle
+
+
+#: a ps1 hand-in whose first function's program never ends when run
+HANGS = """
+import jax
+
+
+def shard_average_jit(A, mesh):
+    forever = jax.lax.while_loop(lambda c: c[0, 0] == c[0, 0], lambda c: c + 1.0, A)
+    return forever.reshape(mesh.shape["X"], -1, A.shape[1]).mean(axis=1)
+"""
