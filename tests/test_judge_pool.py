@@ -101,3 +101,20 @@ def shard_average_jit(A, mesh):
     forever = jax.lax.while_loop(lambda c: c[0, 0] == c[0, 0], lambda c: c + 1.0, A)
     return forever.reshape(mesh.shape["X"], -1, A.shape[1]).mean(axis=1)
 """
+
+
+def test_a_judge_is_given_again_only_to_the_thread_that_started_it(pool, tmp_path):
+    """A judge dies with the thread that started it (the parent-death signal is a thread's):
+    another thread's submission never gets it, so it cannot die under that submission."""
+    import threading
+
+    from autograder.supervisor.supervise import grade_submission
+
+    right = _hand_in(tmp_path, "a", ROOT / "solutions" / "ps1_sharding.py")
+    opts = _opts(only=["shard_average_shard_map"])
+    t = threading.Thread(target=grade_submission, args=(right, opts))
+    t.start()
+    t.join()
+    before = pool.started
+    res = grade_submission(right, opts)
+    assert pool.started == before + 1 and res.score == res.max_score, res.report()

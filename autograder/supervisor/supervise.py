@@ -149,12 +149,14 @@ class JudgePool:
             self.most_idle = max(self.most_idle, n)
 
     def take(self, opts: Options, log: Path) -> _Judge:
-        """A judge for ``opts``: an idle one started with the same options, limits and
-        environment that says it is ready, else a new one (whose output before its first job
-        goes to ``log``)."""
+        """A judge for ``opts``: an idle one started by this thread with the same options,
+        limits and environment that says it is ready, else a new one (whose output before its
+        first job goes to ``log``)."""
         argv = opts.argv()
+        # a judge dies with the thread that started it (the parent-death signal is a
+        # thread's), so only that thread is given it again
         key = (tuple(argv), tuple(sorted(opts.limits.to_dict().items())),
-               tuple(sorted(os.environ.items())))
+               tuple(sorted(os.environ.items())), threading.get_ident())
         while True:
             with self._lock:
                 judge = next((j for j in reversed(self._idle) if j.key == key), None)
@@ -181,14 +183,17 @@ class JudgePool:
         judge.jobs += 1
         if judge.jobs >= limits.judge_jobs or (
                 limits.memory_mb and _rss_mb(judge.proc.pid) > limits.memory_mb / 2):
-            _retire(judge)
+            _end(judge)
             return
         with self._lock:
-            self._idle.append(judge)
+            gone = [j for j in self._idle if j.proc.poll() is not None]  # their thread ended
+            self._idle = [j for j in self._idle if j not in gone] + [judge]
             evicted = self._idle[:-self.most_idle] if len(self._idle) > self.most_idle else []
             del self._idle[:len(evicted)]
+        for j in gone:
+            _end(j)
         for j in evicted:  # the longest idle make room
-            _retire(j)
+            _end(j)
 
     def pids(self) -> list[int]:
         """The idle judges' process ids (benchmarks read their CPU time)."""
@@ -196,11 +201,11 @@ class JudgePool:
             return [j.proc.pid for j in self._idle]
 
     def close(self) -> None:
-        """End every idle judge."""
+        """End every idle judge (killed: it holds nothing of anyone's)."""
         with self._lock:
             idle, self._idle = self._idle, []
         for j in idle:
-            _retire(j)
+            _end(j)
 
 
 def _says_ready(judge: _Judge) -> bool:
@@ -223,17 +228,6 @@ def _says_ready(judge: _Judge) -> bool:
         return isinstance(parse(buf, allowed=(Ready,)), Ready)
     except RecordError:
         return False
-
-
-def _retire(judge: _Judge) -> None:
-    """End a judge that has nothing to do: its stdin closes (it exits), and it is killed if it
-    has not gone within a moment."""
-    try:
-        judge.proc.stdin.close()
-        judge.proc.wait(timeout=2)
-    except (OSError, subprocess.TimeoutExpired):
-        pass
-    _end(judge)
 
 
 def _end(judge: _Judge) -> None:
