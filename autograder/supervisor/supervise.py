@@ -121,6 +121,8 @@ class _Judge:
     proc: subprocess.Popen
     key: tuple
     jobs: int = 0
+    #: its ``ready`` record came with its last job's output (already read)
+    ready: bool = False
 
 
 class JudgePool:
@@ -164,7 +166,8 @@ class JudgePool:
                     self._idle.remove(judge)
             if judge is None:
                 break
-            if _says_ready(judge):
+            if judge.proc.poll() is None and (judge.ready or _says_ready(judge)):
+                judge.ready = False
                 return judge
             _end(judge)
         cmd = [sys.executable, "-m", "autograder.judge", "--serve", *argv]
@@ -333,7 +336,8 @@ def _run_grader(sub: Path, work: Path, opts: Options, *, only: Optional[list[str
                                "loading the submission ran past its time limit")
                 break
     finally:
-        if done and not buf and run.stopped is None and run.restart is None \
+        judge.ready = buf == Ready().to_line().encode()  # it may come with the done record
+        if done and (not buf or judge.ready) and run.stopped is None and run.restart is None \
                 and proc.poll() is None:
             JUDGES.give_back(judge, lim)  # it says whether it is ready when next taken
         else:
