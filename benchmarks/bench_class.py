@@ -210,6 +210,14 @@ def main(argv=None) -> int:
             for asg, rep in reports[s].items():
                 if first is not None and verdicts(rep) != verdicts(reports[first][asg]):
                     problems.append(f"{s}/{asg} (a clone of {first}) graded differently")
+        # every hand-in is a correct answer: a check it fails is a finding, said in full
+        lost = [f"{s}/{asg} {fn} {c['name']}: {c['message'][:400]}"
+                for s, per in reports.items() for asg, rep in per.items()
+                for fn, f in rep["functions"].items() for c in f["checks"]
+                if not c["passed"]]
+        regrades = [f"{s}/{asg} {fn}: {f['needs_regrade']}"
+                    for s, per in reports.items() for asg, rep in per.items()
+                    for fn, f in rep["functions"].items() if f.get("needs_regrade")]
         complete = len(reports)
         # machine-seconds per complete submission, by kind (task seconds overlap `workers` ways)
         per_kind = {"distinct": [], "clone": []}
@@ -229,6 +237,7 @@ def main(argv=None) -> int:
                    "mean_score": round(sum(r["score"] for s in reports.values()
                                            for r in s.values()) / max(1, complete), 2),
                    "machine_seconds_per_complete_submission": cost,
+                   "failed_checks": lost, "needs_regrade": regrades,
                    "problems": problems}
     print(json.dumps(summary, indent=2))
     print(table(summary["machine_seconds_per_complete_submission"], warm_s))
