@@ -81,10 +81,8 @@ def timed(cmd: list[str], cwd: Path, cache: Path, log: Path) -> float:
     from autograder.supervisor.options import Options
     from autograder.supervisor.supervise import warm_cache
 
-    env = {**os.environ, "AUTOGRADER_CACHE_DIR": str(cache), "JAX_NUM_CPU_DEVICES": "8",
-           "TF_CPP_MIN_LOG_LEVEL": "3",
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    os.environ["AUTOGRADER_CACHE_DIR"] = str(cache)
+    os.environ["AUTOGRADER_CACHE_DIR"] = str(cache)  # main() has put this Python on PATH
+    env = {**os.environ, "JAX_NUM_CPU_DEVICES": "8", "TF_CPP_MIN_LOG_LEVEL": "3"}
     warm_cache(Options())
     t0 = time.monotonic()
     with open(log, "wb") as f:

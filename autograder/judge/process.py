@@ -209,11 +209,12 @@ def serve(a, send, setup) -> int:
         os.dup2(log, 1)
         os.close(log)
         os.chdir(job.cwd)
+        # what differs per submission comes from the job alone (the command line has none of it)
         ja = argparse.Namespace(**{**vars(a), "submission": job.submission, "log": job.log,
-                                   "assignment": job.assignment or a.assignment,
+                                   "assignment": job.assignment,
                                    "only": ",".join(job.only) if job.only else None,
                                    "skip": ",".join(map(str, job.skip)),
-                                   "folder": job.folder or a.folder})
+                                   "folder": job.folder})
         exporter = exporter_for(ja)
         if first:
             setup()
