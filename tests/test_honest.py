@@ -362,6 +362,29 @@ def test_effective_time_slows_with_the_load_and_never_stops(monkeypatch):
     assert c._sample() == 1.0
 
 
+def test_a_time_limit_ticks_safely_while_its_thread_reads_the_clock(monkeypatch):
+    """A time limit's handler reads the clock wherever the signal lands, a read of the clock by
+    the same thread included (grading code reads it all the time). On a busy machine the load
+    sampler is slow (here 0.3 s a read): the limit must still end the work on time with its own
+    timeout, not hang on the clock or stack handlers until Python's recursion limit (which
+    once failed an honest student's speed check)."""
+    import time
+
+    from autograder.core import clock, errors
+
+    def slow_load():
+        time.sleep(0.3)
+        return 1
+
+    monkeypatch.setattr(clock, "runnable", slow_load)
+    t0 = time.monotonic()
+    with pytest.raises(errors.GradingTimeout):
+        with errors.time_limit(1.0):
+            while True:
+                clock.CLOCK.deadline(5.0).expired()
+    assert time.monotonic() - t0 < 10
+
+
 def test_an_oversubscribed_class_gets_the_same_verdicts(tmp_path):
     """The same hand-ins graded with 2 and with 6 at once on this machine (2 cores here):
     every check of every function gets the same verdict."""

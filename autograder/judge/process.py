@@ -172,7 +172,7 @@ def _quiet(extra_s: float) -> bool:
 
     deadline = time.monotonic() + extra_s
     others = [t for t in threading.enumerate()
-              if t is not threading.current_thread() and t is not CLOCK._thread]
+              if t is not threading.current_thread() and t is not CLOCK.thread]
     for t in others:
         t.join(max(0.0, deadline - time.monotonic()))
     left = [t.name for t in others if t.is_alive()]
