@@ -385,6 +385,22 @@ def test_a_time_limit_ticks_safely_while_its_thread_reads_the_clock(monkeypatch)
     assert time.monotonic() - t0 < 10
 
 
+def test_a_recursion_error_in_the_grader_is_a_regrade_not_a_zero(monkeypatch):
+    """No student Python runs in the trusted grader, so a Python recursion error there is the
+    grader's (or JAX's) own: the function is marked for a regrade, never failed."""
+    from autograder.core.loader import load
+    from autograder.supervisor import local
+
+    def recurses(*args, **kwargs):
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(grading, "_big_case_values", recurses)
+    fn = load(ROOT / "solutions" / "ps1_sharding.py").function("shard_average_jit")
+    with pytest.raises(grading.GraderFault, match="RecursionError"):
+        local.grade_function(registry.get("shard_average_jit"), fn, quick=True,
+                             with_speed=True, seed=3)
+
+
 def test_an_oversubscribed_class_gets_the_same_verdicts(tmp_path):
     """The same hand-ins graded with 2 and with 6 at once on this machine (2 cores here):
     every check of every function gets the same verdict."""

@@ -108,6 +108,17 @@ def fault_text(e: BaseException) -> str:
     return f"the grader failed: {text}"[:600] + at
 
 
+def _never_the_students(e: BaseException) -> None:
+    """Raise again what must not become the submission's failure: an interrupt, the grader's
+    own fault, and a Python recursion error, as the grader's fault (no student Python runs in
+    the trusted grader, so a recursion here is in the grader's or JAX's own code; a regrade,
+    never a zero)."""
+    if isinstance(e, (KeyboardInterrupt, GraderFault)):
+        raise e
+    if isinstance(e, RecursionError):
+        raise GraderFault(f"{type(e).__name__}: {e}") from e
+
+
 def _short_error(e: BaseException) -> str:
     if isinstance(e, GradingTimeout):
         return f"your function {e} (a loop that never ends, or far too much work)"
@@ -515,8 +526,7 @@ def run_case(programs: Programs, layout, case: Case, *, want_program: bool,
     except ArtifactError as e:
         att.error = str(e)
     except BaseException as e:  # noqa: BLE001
-        if isinstance(e, (KeyboardInterrupt, GraderFault)):
-            raise
+        _never_the_students(e)
         att.error = _short_error(e)
     return att
 
@@ -683,8 +693,7 @@ def _memory_check(programs: Programs) -> CheckResult:
             with phase("memory: check the values"):
                 wrong = _big_case_values(problem, "memory", where, compiled, case, layout, args)
     except BaseException as e:  # noqa: BLE001
-        if isinstance(e, (KeyboardInterrupt, GraderFault)):
-            raise
+        _never_the_students(e)
         return failed("memory", f"{where}: could not compile and run it: {_short_error(e)}")
     if wrong is not None:
         return wrong
@@ -753,8 +762,7 @@ def _speed_check(programs: Programs, modeler) -> CheckResult:
                     s, b, ratio = measure(student, base, _dynamic(problem, args),
                                           rounds=rounds)
     except BaseException as e:  # noqa: BLE001
-        if isinstance(e, (KeyboardInterrupt, GraderFault)):
-            raise
+        _never_the_students(e)
         return failed("speed", f"could not time it: {_short_error(e)}")
     modeled = dict(modeled or {})
     if modeler is not None and "ratio" not in modeled:
