@@ -53,3 +53,42 @@ def test_devices_that_disagree_come_first():
     assert values_message("3 of 8 values differ", "devices disagree") == (
         "devices disagree; the copy the host reads: 3 of 8 values differ")
     assert values_message(None, None) is None
+
+
+def _whole_rule(got, want, rtol, atol) -> bool:
+    """The rule compare_values states, on whole float64 copies (what _close decides in chunks)."""
+    g, w = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    if not np.all(np.isfinite(g)):
+        return False
+    scale = max(1.0, float(np.max(np.abs(w))) if w.size else 1.0)
+    return bool(np.all(np.abs(g - w) <= atol * scale + rtol * np.abs(w)))
+
+
+def _cases():
+    from autograder.core.compare import CHUNK
+
+    rng = np.random.default_rng(7)
+    n = 3 * CHUNK + 5  # several chunks and a ragged last one
+    w = rng.standard_normal(n).astype(np.float32)
+    yield "equal", w.copy(), w
+    late = w.copy()
+    late[-2] += 1.0
+    yield "one wrong value in the last chunk", late, w
+    big = w.copy()
+    big[-1] = 1e4  # the scale comes from the last chunk: small errors elsewhere are fine then
+    yield "scale from the last chunk", big + 1e-2, big
+    yield "scale from the last chunk, reference only", w + 1e-2, big
+    inf = w.copy()
+    inf[CHUNK + 3] = np.inf
+    yield "an inf in the middle", inf, w
+    nan_ref = w.copy()
+    nan_ref[2 * CHUNK] = np.nan
+    yield "a NaN in the reference", w.copy(), nan_ref
+    yield "empty", np.zeros(0, np.float32), np.zeros(0, np.float32)
+    yield "integers", np.arange(10), np.arange(10)
+
+
+@pytest.mark.parametrize("name,got,want", list(_cases()), ids=[c[0] for c in _cases()])
+def test_the_chunked_comparison_decides_as_the_whole_rule(name, got, want):
+    whole = _whole_rule(got, want, 1e-5, 1e-5)
+    assert (compare_values(got, want, 1e-5, 1e-5) is None) == whole

@@ -140,6 +140,23 @@ def _place(problem: Problem, case: Case, mesh):
     return out
 
 
+def _shapes(problem: Problem, req: ExportRequest, mesh) -> list:
+    """What :func:`_place` gives for the request's case, as shapes (each with the sharding
+    ``_place`` would give it): enough to lower and compile its program."""
+    import jax
+    from jax.sharding import NamedSharding, SingleDeviceSharding
+
+    out = []
+    for a, spec in zip(req.args, problem.in_specs, strict=True):
+        if spec is None:
+            out.append(a.static)
+            continue
+        where = (NamedSharding(mesh, spec) if problem.uses_mesh
+                 else SingleDeviceSharding(mesh.devices.flat[0]))
+        out.append(jax.ShapeDtypeStruct(a.shape, np.dtype(a.dtype), sharding=where))
+    return out
+
+
 def _dynamic(problem: Problem, args):
     return [a for a, s in zip(args, problem.in_specs, strict=True) if s is not None]
 
@@ -256,6 +273,8 @@ class Plan:
     #: (layout, signature) -> its ExportRequest; the cases themselves are rebuilt from the seed
     #: by :meth:`cases` and :meth:`big` whenever they are needed
     requests: dict = field(default_factory=dict)
+    #: "memory" / "speed" -> the big case's ExportRequest (:meth:`big_request`)
+    big_requests: dict = field(default_factory=dict)
 
     def _rng(self, which: int) -> np.random.Generator:
         return np.random.default_rng([self.seed, zlib.crc32(self.problem.name.encode()), which])
@@ -286,6 +305,12 @@ class Plan:
         rng = self._rng(1000 + ("memory", "speed").index(size))
         return layout, self.problem.case(rng, *layout, size)
 
+    def big_request(self, size: str) -> ExportRequest:
+        """The request of the memory or speed case (its case drawn once, to read its shapes)."""
+        if size not in self.big_requests:
+            self.big_requests[size] = self.request(*self.big(size))
+        return self.big_requests[size]
+
     def big_sizes(self) -> list[str]:
         """The big cases this plan grades: "memory" and "speed", where the problem has them."""
         if not self.with_big:
@@ -309,7 +334,7 @@ class Plan:
             for c in cases:
                 self.request(layout, c)
         for size in self.big_sizes():
-            self.request(*self.big(size))
+            self.big_request(size)
         return list(self.requests.values())
 
 
@@ -318,8 +343,9 @@ class Programs:
 
     Compiles may run in a pool of :data:`COMPILE_THREADS` (inside :meth:`compiling`): each
     numerics program starts compiling as soon as its artifact arrives (:meth:`arrived`),
-    while the worker still exports the others. A program asked for while it compiles is
-    waited for, never compiled twice."""
+    while the worker still exports the others, and so do the memory and speed cases'
+    programs, which then compile while the numerics run. A program asked for while it
+    compiles is waited for, never compiled twice."""
 
     def __init__(self, plan: Plan, replies: Optional[dict] = None):
         self.plan = plan
@@ -328,10 +354,16 @@ class Programs:
         self._compiled: dict = {}
         self._lock = threading.Lock()
         self._pool = None
-        self._jobs: list = []
         self._cancelled = False
         self._numerics: Optional[dict] = None  # request id -> (layout, case) to compile
         self._cases: Optional[list] = None
+        #: request id -> the pool's job compiling it (a numerics program, or a big case's)
+        self._job_of: dict = {}
+        #: request id -> "memory" or "speed": the big cases compiled ahead, as they arrive
+        self._ahead: Optional[dict] = None
+        #: how the speed case is compiled ahead: "model" (the executable and the partitioned
+        #: module, :meth:`speed_program`), "plain", or None (not ahead: no speed check)
+        self.speed_ahead: Optional[str] = None
 
     # -- artifacts -------------------------------------------------------------------------
     def artifact(self, layout, case: Case) -> Artifact:
@@ -379,31 +411,37 @@ class Programs:
     def compiled(self, layout, case: Case, mesh, args, *, fast):
         """The compiled program for this case (``fast``: without LLVM's heavy passes on CPU,
         for the numerics, or ``"memory"``; the HLO and its text are the same)."""
+        return self._compiled_for(self.plan.request(layout, case), args, fast=fast)
+
+    def _compiled_for(self, req: ExportRequest, args, *, fast):
         def make():
             import jax
 
-            art = self.artifact(layout, case)
+            art = self._artifact(req)
             lowered = jax.jit(art.call).lower(*_dynamic(self.plan.problem, args))
             if not fast:
                 return lowered.compile()
             return lowered.compile(on_cpu(MEMORY_CPU_COMPILE if fast == "memory"
                                           else FAST_CPU_COMPILE))
 
-        return self._once((self.plan.request(layout, case).id, fast), make)
+        return self._once((req.id, fast), make)
 
     def speed_program(self, layout, case: Case, mesh, args):
         """``(compiled, partitioned text)`` of the speed case: one full compile serves both the
         timing and the TPU model."""
+        return self._speed_program_for(self.plan.request(layout, case), args)
+
+    def _speed_program_for(self, req: ExportRequest, args):
         def make():
             import jax
 
             from ..tpumodel.api import compile_partitioned
 
-            art = self.artifact(layout, case)
+            art = self._artifact(req)
             lowered = jax.jit(art.call).lower(*_dynamic(self.plan.problem, args))
             return compile_partitioned(lowered, speed_options())
 
-        return self._once((self.plan.request(layout, case).id, "speed"), make)
+        return self._once((req.id, "speed"), make)
 
     def pinned_speed_program(self, layout, case: Case, mesh, args) -> tuple[str, tuple]:
         """``(partitioned text, trip counts)`` of the speed case's program with each loop's trip
@@ -429,12 +467,15 @@ class Programs:
         """A pool that compiles numerics programs in the background while this is open."""
         from concurrent.futures import ThreadPoolExecutor
 
-        with ThreadPoolExecutor(COMPILE_THREADS) as pool:
-            self._pool = pool
-            try:
-                yield self
-            finally:
-                self._pool = None
+        pool = ThreadPoolExecutor(COMPILE_THREADS)
+        self._pool = pool
+        try:
+            yield self
+        finally:
+            self._pool = None
+            # what was not started is not needed any more; what runs is waited for (no
+            # thread of this function outlives it)
+            pool.shutdown(wait=True, cancel_futures=True)
 
     def cancel(self) -> None:
         """Drop the compiles not started yet (their verdict is known)."""
@@ -456,9 +497,25 @@ class Programs:
                     self._numerics.setdefault(self.plan.request(layout, c).id, (layout, c))
         return self._numerics
 
+    def _big_cases(self) -> dict:
+        if self._ahead is None:
+            self._ahead = {}
+            for size in self.plan.big_sizes():
+                if size == "speed" and self.speed_ahead is None:
+                    continue
+                self._ahead[self.plan.big_request(size).id] = size
+        return self._ahead
+
     def _start(self, rid: int) -> None:
+        if self._pool is None or rid in self._job_of:
+            return
         todo = self._numerics_cases().pop(rid, None)
-        if todo is None or self._pool is None:
+        if todo is None:
+            size = self._big_cases().pop(rid, None)
+            if size is not None:
+                # the memory and speed programs compile beside the numerics runs (a
+                # function whose numerics fail leaves them unused)
+                self._job_of[rid] = self._pool.submit(self._compile_big, size)
             return
         layout, case = todo
         problem = self.plan.problem
@@ -472,7 +529,33 @@ class Programs:
             except Exception:  # noqa: BLE001 - run_case reports it
                 pass
 
-        self._jobs.append(self._pool.submit(one))
+        self._job_of[rid] = self._pool.submit(one)
+
+    def _compile_big(self, size: str) -> None:
+        """Compile the memory or speed case's program from its shapes alone (the case's arrays
+        are made when it runs)."""
+        if self._cancelled:
+            return
+        req = self.plan.big_request(size)
+        try:
+            problem = self.plan.problem
+            args = _shapes(problem, req, _mesh_for(problem, problem.speed_layout))
+            if size == "memory":
+                self._compiled_for(req, args, fast="memory")
+            elif self.speed_ahead == "model":
+                self._speed_program_for(req, args)
+            else:
+                self._compiled_for(req, args, fast=False)
+        except Exception:  # noqa: BLE001 - the memory or speed check reports it
+            pass
+
+    def wait_compiled(self, layout, case: Case) -> None:
+        """Wait for this case's program to finish compiling in the pool, if it was started
+        there (outside any time limit: its compile may have queued behind others)."""
+        job = self._job_of.get(self.plan.request(layout, case).id)
+        if job is not None and not job.cancelled():
+            with contextlib.suppress(Exception):
+                job.result()
 
     def arrived(self, reply) -> None:
         """An export reply is here: start compiling its numerics program."""
@@ -480,17 +563,10 @@ class Programs:
         if reply.error is None:
             self._start(reply.id)
 
-    def precompile(self) -> None:
-        """Compile every numerics program not started yet, and wait for all of them."""
-        with phase("compile numerics"):
-            if self._pool is None:
-                with self.compiling():
-                    self.precompile()
-                return
-            for rid in list(self._numerics_cases()):
-                self._start(rid)
-            for job in list(self._jobs):
-                job.result()
+    def start_all(self) -> None:
+        """Start compiling every numerics program not started yet (in the pool, if open)."""
+        for rid in list(self._numerics_cases()):
+            self._start(rid)
 
 
 def _mesh_for(problem: Problem, layout):
@@ -552,9 +628,13 @@ def read_structure(att: checks.Attempt, exported, mesh, compiled_text: str, dyna
 def gather_attempts(programs: Programs) -> list[checks.Attempt]:
     attempts = []
     cases = programs.cases()
-    programs.precompile()
+    programs.start_all()
     for layout, cs in cases:
         for i, case in enumerate(cs):
+            # each case runs once its own program is compiled, while the pool compiles the
+            # others; the wait is outside the case's time limit
+            with phase("compile numerics"):
+                programs.wait_compiled(layout, case)
             att = run_case(programs, layout, case, want_program=(i == 0))
             attempts.append(att)
             if att.error and "timed out" in att.error:
@@ -629,6 +709,9 @@ def grade_function(problem: Problem, source, *, seed: int | None = None, quick: 
     plan = plan or plan_for(problem, seed=seed, quick=quick, with_speed=with_speed)
     requests = plan.all_requests()
     programs = Programs(plan)
+    if with_speed and problem.baseline is not None:
+        programs.speed_ahead = ("model" if modeler is not None or current_platform() == "cpu"
+                                else "plain")
     with programs.compiling():
         with phase("wait for exports"):
             replies = exporter.export(requests, export_timeout, on_reply=programs.arrived)

@@ -1,0 +1,68 @@
+"""The memory and speed programs compile ahead: in the function's compile pool, as soon as their
+artifacts arrive, from the cases' shapes alone, while the numerics run (autograder/judge/grading.py).
+
+What must hold: the program compiled from shapes is the program the checks would have compiled
+from the placed arrays, each is compiled once, on a pool thread, and the verdict is the same.
+"""
+import importlib.util
+import threading
+from pathlib import Path
+
+import pytest
+
+from autograder.course import registry
+from autograder.judge import grading
+from autograder.supervisor.local import grade_function
+from autograder.worker.local import LocalExporter
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _reference(name: str):
+    problem = registry.get(name)
+    spec = importlib.util.spec_from_file_location(
+        f"sol_{problem.assignment}", ROOT / "solutions" / f"{problem.assignment}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return problem, getattr(module, name)
+
+
+@pytest.mark.parametrize("name", ["moe_all_to_all", "moe_local"])  # a mesh; one device
+def test_a_program_lowered_from_shapes_is_the_one_lowered_from_the_arrays(name):
+    import jax
+
+    problem, fn = _reference(name)
+    plan = grading.plan_for(problem, seed=11)
+    replies = LocalExporter.of(name, fn).export(plan.all_requests())
+    programs = grading.Programs(plan, replies)
+    assert plan.big_sizes() == ["memory", "speed"]
+    for size in plan.big_sizes():
+        layout, case = plan.big(size)
+        mesh = grading.make_mesh(*layout)
+        req = plan.big_request(size)
+        call = programs._artifact(req).call
+        placed = jax.jit(call).lower(*grading._dynamic(problem, grading._place(problem, case,
+                                                                                 mesh)))
+        shaped = jax.jit(call).lower(*grading._dynamic(problem, grading._shapes(problem, req,
+                                                                                  mesh)))
+        assert shaped.as_text() == placed.as_text(), size
+
+
+def test_the_memory_and_speed_programs_compile_once_in_the_pool(monkeypatch):
+    problem, fn = _reference("moe_local")
+    made: list = []
+    once = grading.Programs._once
+
+    def recording(self, key, make):
+        def tracked():
+            made.append((key[1], threading.current_thread() is threading.main_thread()))
+            return make()
+        return once(self, key, tracked)
+
+    monkeypatch.setattr(grading.Programs, "_once", recording)
+    res = grade_function(problem, fn, seed=5)
+    assert all(c.passed for c in res.checks), [c.message for c in res.checks]
+    big = [(what, on_main) for what, on_main in made if what in ("memory", "speed")]
+    assert sorted(big) == [("memory", False), ("speed", False)], made
+    numerics = [on_main for what, on_main in made if what is True]
+    assert numerics and not any(numerics), "a numerics program compiled on the main thread"
