@@ -66,3 +66,18 @@ def test_the_memory_and_speed_programs_compile_once_in_the_pool(monkeypatch):
     assert sorted(big) == [("memory", False), ("speed", False)], made
     numerics = [on_main for what, on_main in made if what is True]
     assert numerics and not any(numerics), "a numerics program compiled on the main thread"
+
+
+def test_a_second_plan_on_the_same_seed_reuses_the_requests_without_drawing(monkeypatch):
+    problem = registry.get("moe_all_to_all")
+    first = grading.plan_for(problem, seed=123456).all_requests()
+
+    def no_draw(self, size):
+        raise AssertionError("the big case was drawn again only to read its shapes")
+
+    monkeypatch.setattr(grading.Plan, "big", no_draw)
+    again = grading.plan_for(problem, seed=123456)
+    assert again.all_requests() == first
+    assert again.big_request("speed") == first[-1]
+    with pytest.raises(AssertionError):  # another seed is planned afresh
+        grading.plan_for(problem, seed=123457).all_requests()

@@ -18,6 +18,7 @@ import statistics
 import threading
 import time
 import zlib
+from collections import OrderedDict
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -327,15 +328,36 @@ class Plan:
 
     def all_requests(self) -> list[ExportRequest]:
         """Every request of this function, planned once (the cases are made only to read
-        their shapes, then dropped)."""
+        their shapes, then dropped). A plan made before in this process with the same
+        problem, seed and options has the same requests: they are taken from it (a warm
+        grader grades a class on one seed; drawing the big cases again only to read their
+        shapes would cost more than a second per submission)."""
         if self.requests:
+            return list(self.requests.values())
+        key = (id(self.problem), self.seed, self.quick, self.with_big, self.platform,
+               self.id_base)
+        with _planned_lock:
+            earlier = _PLANNED.get(key)
+        if earlier is not None and earlier[0] is self.problem:
+            self.requests, self.big_requests = dict(earlier[1]), dict(earlier[2])
             return list(self.requests.values())
         for layout, cases in self.cases():
             for c in cases:
                 self.request(layout, c)
         for size in self.big_sizes():
             self.big_request(size)
+        with _planned_lock:
+            _PLANNED[key] = (self.problem, dict(self.requests), dict(self.big_requests))
+            while len(_PLANNED) > PLANS_KEPT:
+                _PLANNED.popitem(last=False)
         return list(self.requests.values())
+
+
+#: how many functions' planned requests this process keeps (:meth:`Plan.all_requests`): every
+#: graded function of the course, a few times over
+PLANS_KEPT = 64
+_PLANNED: "OrderedDict[tuple, tuple]" = OrderedDict()
+_planned_lock = threading.Lock()
 
 
 class Programs:
