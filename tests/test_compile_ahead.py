@@ -81,3 +81,34 @@ def test_a_second_plan_on_the_same_seed_reuses_the_requests_without_drawing(monk
     assert again.big_request("speed") == first[-1]
     with pytest.raises(AssertionError):  # another seed is planned afresh
         grading.plan_for(problem, seed=123457).all_requests()
+
+
+def test_on_cpu_the_grader_keeps_the_persistent_cache_off(tmp_path, monkeypatch):
+    """The model's compile switches JAX's persistent cache off and on process-wide when it is
+    on, and a switch (with its reset) while a pool thread compiles broke that compile: the
+    grader on CPU, whose pool compiles beside the model, never turns the cache on."""
+    import jax
+
+    from autograder.judge.process import enable_cache
+
+    monkeypatch.setattr(grading, "CACHE_DIR", None)
+    before = jax.config.jax_compilation_cache_dir
+    enable_cache(str(tmp_path))
+    assert grading.CACHE_DIR == tmp_path  # the verdicts and the baselines' modules still go here
+    assert jax.config.jax_compilation_cache_dir == before and not before
+    assert not grading._persistent_cache_on()
+
+
+def test_the_models_compile_switches_nothing_when_the_cache_is_off(monkeypatch):
+    import jax
+    import jax.numpy as jnp
+
+    from autograder.tpumodel import api
+
+    def switched(on):
+        raise AssertionError("the persistent cache was switched process-wide")
+
+    monkeypatch.setattr(api, "_set_persistent_cache", switched)
+    assert not api.persistent_cache_on()
+    _, text = api.compile_partitioned(jax.jit(lambda v: v * 2).lower(jnp.ones(4)))
+    assert "multiply" in text

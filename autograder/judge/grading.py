@@ -732,8 +732,12 @@ def grade_function(problem: Problem, source, *, seed: int | None = None, quick: 
     requests = plan.all_requests()
     programs = Programs(plan)
     if with_speed and problem.baseline is not None:
-        programs.speed_ahead = ("model" if modeler is not None or current_platform() == "cpu"
-                                else "plain")
+        if modeler is None and current_platform() != "cpu":
+            programs.speed_ahead = "plain"  # timed on the accelerator: a plain compile
+        elif not _persistent_cache_on():
+            # the model's compile (its dump) switches the persistent cache process-wide when
+            # it is on: then it runs alone, in the speed check, never beside the pool
+            programs.speed_ahead = "model"
     with programs.compiling():
         with phase("wait for exports"):
             replies = exporter.export(requests, export_timeout, on_reply=programs.arrived)
@@ -926,6 +930,12 @@ def baseline_text(problem: Problem, layout, case: Case, mesh, args) -> str:
             os.replace(tmp, path)
     _baseline_texts[key] = text
     return text
+
+
+def _persistent_cache_on() -> bool:
+    from ..tpumodel.api import persistent_cache_on
+
+    return persistent_cache_on()
 
 
 def _default_modeler():

@@ -54,15 +54,22 @@ def choose_problems(assignment: str | None, path: Path):
 
 
 def enable_cache(cache_dir: str | None) -> None:
-    """JAX's persistent compilation cache (``CACHE/xla``), the trusted side's alone."""
+    """The trusted side's class-wide cache: the verdicts and the baselines' partitioned
+    modules, and, on an accelerator, JAX's persistent compilation cache (``CACHE/xla``) for the
+    baselines timed beside the student's program. On CPU no program is timed (the TPU model
+    decides) and a submission's programs are compiled once (an identical one reuses the
+    verdict), so caching executables would only write them; and the model's compile switches
+    that cache off and on process-wide, which must not happen while the compile pool works."""
     if not cache_dir:
+        return
+    from . import grading
+
+    grading.CACHE_DIR = Path(cache_dir)
+    if grading.current_platform() == "cpu":
         return
     import jax
 
     jax.config.update("jax_compilation_cache_dir", str(Path(cache_dir) / "xla"))
-    from . import grading
-
-    grading.CACHE_DIR = Path(cache_dir)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 

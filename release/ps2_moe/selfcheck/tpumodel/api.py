@@ -37,15 +37,26 @@ def _set_persistent_cache(on: bool) -> None:
         pass
 
 
+def persistent_cache_on() -> bool:
+    """Whether JAX's persistent compilation cache is in use here (on, with a folder)."""
+    import jax
+
+    return bool(jax.config.jax_enable_compilation_cache
+                and jax.config.jax_compilation_cache_dir)
+
+
 def compile_partitioned(lowered, compiler_options: Optional[dict] = None):
     """Compile ``lowered`` and also return the per-device HLO text right after SPMD
     partitioning: ``(compiled, text)``. The dump costs no second compile."""
     import jax
 
     d = tempfile.mkdtemp(prefix="tpumodel-")
-    # A persistent-cache hit skips XLA's passes, and with them the dump: compile afresh.
-    cache_was_on = jax.config.jax_enable_compilation_cache
-    _set_persistent_cache(False)
+    # A persistent-cache hit skips XLA's passes, and with them the dump: compile afresh. The
+    # switch is process-wide, so a process that compiles in several threads at once keeps the
+    # cache off (the grader does, on CPU), and then nothing is switched here.
+    cache_was_on = persistent_cache_on()
+    if cache_was_on:
+        _set_persistent_cache(False)
     try:
         compiled = lowered.compile(compiler_options={
             **(compiler_options or {}), "xla_dump_to": d, "xla_dump_hlo_pass_re": _PASS_RE,
@@ -59,7 +70,8 @@ def compile_partitioned(lowered, compiler_options: Optional[dict] = None):
         with open(files[-1], encoding="utf-8") as fh:
             return compiled, fh.read()
     finally:
-        _set_persistent_cache(cache_was_on)
+        if cache_was_on:
+            _set_persistent_cache(True)
         shutil.rmtree(d, ignore_errors=True)
 
 
