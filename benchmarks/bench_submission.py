@@ -130,6 +130,9 @@ def main(argv=None) -> int:
             total += secs
             failed = [f"{f.name}/{c.name}" for f in res.functions.values() for c in f.checks
                       if not c.passed]
+            # a function the grader could not judge has no checks: name it and say why
+            failed += [f"{f.name} (a regrade: {f.regrade})" for f in res.functions.values()
+                       if f.regrade]
             ok &= not failed
             n, fs = compile_floor(asg)
             floor_n, floor_s = floor_n + n, floor_s + fs
