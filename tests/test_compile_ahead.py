@@ -112,3 +112,32 @@ def test_the_models_compile_switches_nothing_when_the_cache_is_off(monkeypatch):
     assert not api.persistent_cache_on()
     _, text = api.compile_partitioned(jax.jit(lambda v: v * 2).lower(jnp.ones(4)))
     assert "multiply" in text
+
+
+def test_a_reused_verdict_compiles_no_memory_or_speed_program(tmp_path, monkeypatch):
+    """A clone's verdict is known once its programs have arrived: the big programs, which
+    start only when a function is to be graded, are not compiled for it."""
+    from autograder.judge.reuse import VerdictStore
+
+    problem, fn = _reference("moe_local")
+    store = VerdictStore(tmp_path / "verdicts")
+    first = grade_function(problem, fn, seed=8, store=store)
+    assert not first.reused
+    made: list = []
+    once = grading.Programs._once
+
+    def recording(self, key, make):
+        made.append(key[1])
+        return once(self, key, make)
+
+    monkeypatch.setattr(grading.Programs, "_once", recording)
+    started = []
+    start_big = grading.Programs.start_big
+    monkeypatch.setattr(grading.Programs, "start_big",
+                        lambda self: started.append(1) or start_big(self))
+    again = grade_function(problem, fn, seed=8, store=store)
+    assert again.reused and [c.to_dict() for c in again.checks] == [
+        c.to_dict() for c in first.checks]
+    assert not started and "memory" not in made and "speed" not in made, made
+    grade_function(problem, fn, seed=9, store=store)  # another seed: graded, so started
+    assert started and "memory" in made and "speed" in made

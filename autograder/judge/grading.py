@@ -365,9 +365,9 @@ class Programs:
 
     Compiles may run in a pool of :data:`COMPILE_THREADS` (inside :meth:`compiling`): each
     numerics program starts compiling as soon as its artifact arrives (:meth:`arrived`),
-    while the worker still exports the others, and so do the memory and speed cases'
-    programs, which then compile while the numerics run. A program asked for while it
-    compiles is waited for, never compiled twice."""
+    while the worker still exports the others; the memory and speed cases' programs start
+    once the function is to be graded (:meth:`start_big`), and compile while the numerics
+    run. A program asked for while it compiles is waited for, never compiled twice."""
 
     def __init__(self, plan: Plan, replies: Optional[dict] = None):
         self.plan = plan
@@ -533,11 +533,6 @@ class Programs:
             return
         todo = self._numerics_cases().pop(rid, None)
         if todo is None:
-            size = self._big_cases().pop(rid, None)
-            if size is not None:
-                # the memory and speed programs compile beside the numerics runs (a
-                # function whose numerics fail leaves them unused)
-                self._job_of[rid] = self._pool.submit(self._compile_big, size)
             return
         layout, case = todo
         problem = self.plan.problem
@@ -552,6 +547,17 @@ class Programs:
                 pass
 
         self._job_of[rid] = self._pool.submit(one)
+
+    def start_big(self) -> None:
+        """Start compiling the memory and speed cases' programs (in the pool, if open): they
+        then compile beside the numerics runs. Called once the function is to be graded (not
+        for a verdict reused from an identical program); a function whose numerics fail leaves
+        them unused."""
+        if self._pool is None:
+            return
+        for rid, size in list(self._big_cases().items()):
+            if rid not in self._job_of:
+                self._job_of[rid] = self._pool.submit(self._compile_big, size)
 
     def _compile_big(self, size: str) -> None:
         """Compile the memory or speed case's program from its shapes alone (the case's arrays
@@ -752,6 +758,7 @@ def grade_function(problem: Problem, source, *, seed: int | None = None, quick: 
                 return res
             except ValueError:
                 res.checks = []
+        programs.start_big()
         _grade(programs, res, with_speed=with_speed, modeler=modeler)
     # A verdict that hit a time limit may owe it to a busy machine: never handed on.
     if key and not any("timed out" in c.message for c in res.checks):
