@@ -364,8 +364,8 @@ class Programs:
     """The artifacts of one function, checked on arrival and compiled once per signature.
 
     Compiles may run in a pool of :data:`COMPILE_THREADS` (inside :meth:`compiling`): each
-    numerics program starts compiling as soon as its artifact arrives (:meth:`arrived`),
-    while the worker still exports the others; the memory and speed cases' programs start
+    numerics program starts compiling as soon as its artifact arrives (:meth:`arrived`; where
+    no verdict can be reused), while the worker still exports the others; the memory and speed cases' programs start
     once the function is to be graded (:meth:`start_big`), and compile while the numerics
     run. A program asked for while it compiles is waited for, never compiled twice."""
 
@@ -745,8 +745,12 @@ def grade_function(problem: Problem, source, *, seed: int | None = None, quick: 
             # it is on: then it runs alone, in the speed check, never beside the pool
             programs.speed_ahead = "model"
     with programs.compiling():
+        # Programs compile as they arrive, beside the worker exporting the others; where an
+        # identical program's verdict may be reused, not before the lookup (a clone's programs
+        # would be compiled for nothing, the judge's cores taken from its worker)
         with phase("wait for exports"):
-            replies = exporter.export(requests, export_timeout, on_reply=programs.arrived)
+            replies = exporter.export(requests, export_timeout,
+                                      on_reply=programs.arrived if store is None else None)
         programs.replies.update(replies)
         key = programs.key(with_speed=with_speed) if store is not None else None
         earlier = store.get(key) if key else None
