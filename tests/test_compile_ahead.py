@@ -96,7 +96,7 @@ def test_on_cpu_the_grader_keeps_the_persistent_cache_off(tmp_path, monkeypatch)
     enable_cache(str(tmp_path))
     assert grading.CACHE_DIR == tmp_path  # the verdicts and the baselines' modules still go here
     assert jax.config.jax_compilation_cache_dir == before and not before
-    assert not grading._persistent_cache_on()
+    assert grading._speed_ahead(None) == "model"  # so the speed program compiles ahead
 
 
 def test_the_models_compile_switches_nothing_when_the_cache_is_off(monkeypatch):

@@ -365,9 +365,10 @@ class Programs:
 
     Compiles may run in a pool of :data:`COMPILE_THREADS` (inside :meth:`compiling`): each
     numerics program starts compiling as soon as its artifact arrives (:meth:`arrived`; where
-    no verdict can be reused), while the worker still exports the others; the memory and speed cases' programs start
-    once the function is to be graded (:meth:`start_big`), and compile while the numerics
-    run. A program asked for while it compiles is waited for, never compiled twice."""
+    no verdict can be reused), while the worker still exports the others; the memory and
+    speed cases' programs start once the function is to be graded (:meth:`start_big`), and
+    compile while the numerics run. A program asked for while it compiles is waited for,
+    never compiled twice."""
 
     def __init__(self, plan: Plan, replies: Optional[dict] = None):
         self.plan = plan
@@ -381,7 +382,7 @@ class Programs:
         self._cases: Optional[list] = None
         #: request id -> the pool's job compiling it (a numerics program, or a big case's)
         self._job_of: dict = {}
-        #: request id -> "memory" or "speed": the big cases compiled ahead, as they arrive
+        #: request id -> "memory" or "speed": the big cases compiled ahead (:meth:`start_big`)
         self._ahead: Optional[dict] = None
         #: how the speed case is compiled ahead: "model" (the executable and the partitioned
         #: module, :meth:`speed_program`), "plain", or None (not ahead: no speed check)
@@ -738,12 +739,7 @@ def grade_function(problem: Problem, source, *, seed: int | None = None, quick: 
     requests = plan.all_requests()
     programs = Programs(plan)
     if with_speed and problem.baseline is not None:
-        if modeler is None and current_platform() != "cpu":
-            programs.speed_ahead = "plain"  # timed on the accelerator: a plain compile
-        elif not _persistent_cache_on():
-            # the model's compile (its dump) switches the persistent cache process-wide when
-            # it is on: then it runs alone, in the speed check, never beside the pool
-            programs.speed_ahead = "model"
+        programs.speed_ahead = _speed_ahead(modeler)
     with programs.compiling():
         # Programs compile as they arrive, beside the worker exporting the others; where an
         # identical program's verdict may be reused, not before the lookup (a clone's programs
@@ -943,10 +939,22 @@ def baseline_text(problem: Problem, layout, case: Case, mesh, args) -> str:
     return text
 
 
-def _persistent_cache_on() -> bool:
+def _speed_ahead(modeler) -> Optional[str]:
+    """How the speed case's program may compile ahead (:attr:`Programs.speed_ahead`): as the
+    speed check will compile it, with the modeler it will use (the default one where none is
+    given): "plain" where it is timed, "model" where the model reads it, None where it must
+    not (the model's compile, for its dump, switches the persistent cache process-wide when
+    that cache is on: then it runs alone, in the speed check, never beside the pool)."""
+    if modeler is None:
+        try:
+            modeler = _default_modeler()
+        except RuntimeError:
+            return None  # the speed check says why
+    if modeler is None:
+        return "plain"
     from ..tpumodel.api import persistent_cache_on
 
-    return persistent_cache_on()
+    return None if persistent_cache_on() else "model"
 
 
 def _default_modeler():
