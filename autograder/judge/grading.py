@@ -36,6 +36,7 @@ from ..core.records import ArgSpec, ExportRequest, spec_of
 from ..core.results import CheckResult, FunctionResult, failed, skipped
 from ..course import checks
 from .artifacts import Artifact, ArtifactError, load_artifact
+from .bigcases import BigCase, BigCaseStore, big_case
 from .reuse import VerdictStore, artifact_digest, function_key
 from .timing import phase
 
@@ -276,6 +277,9 @@ class Plan:
     requests: dict = field(default_factory=dict)
     #: "memory" / "speed" -> the big case's ExportRequest (:meth:`big_request`)
     big_requests: dict = field(default_factory=dict)
+    #: where the big cases of a seed shared by a class are kept (:meth:`big_case`); None:
+    #: drawn for this plan alone
+    big_cases: Optional[BigCaseStore] = None
 
     def _rng(self, which: int) -> np.random.Generator:
         return np.random.default_rng([self.seed, zlib.crc32(self.problem.name.encode()), which])
@@ -305,6 +309,13 @@ class Plan:
         layout = self.problem.speed_layout
         rng = self._rng(1000 + ("memory", "speed").index(size))
         return layout, self.problem.case(rng, *layout, size)
+
+    def big_case(self, size: str) -> BigCase:
+        """The memory or speed case with its answer: read from :attr:`big_cases` where it
+        is kept there, else drawn (:meth:`big`)."""
+        return big_case(self.problem, self.problem.speed_layout,
+                        lambda: self.big(size)[1], self.big_request(size), seed=self.seed,
+                        size=size, store=self.big_cases)
 
     def big_request(self, size: str) -> ExportRequest:
         """The request of the memory or speed case (its case drawn once, to read its shapes)."""
@@ -707,12 +718,16 @@ def fresh_seed() -> int:
 
 
 def plan_for(problem: Problem, *, seed: int | None = None, quick: bool = False,
-             with_speed: bool = True, id_base: int = 0) -> Plan:
-    """The cases ``problem`` is graded on, from ``seed`` (None: a fresh secret one)."""
+             with_speed: bool = True, id_base: int = 0,
+             big_cases: Optional[BigCaseStore] = None) -> Plan:
+    """The cases ``problem`` is graded on, from ``seed`` (None: a fresh secret one);
+    ``big_cases``: where a class graded on ``seed`` keeps its big cases (only with a seed)."""
+    if seed is None and big_cases is not None:
+        raise ValueError("big cases are kept for a seed shared by a class, not a fresh one")
     return Plan(problem, fresh_seed() if seed is None else seed, quick,
                 with_big=problem.memory_bound is not None or (
                     with_speed and problem.baseline is not None),
-                platform=current_platform(), id_base=id_base)
+                platform=current_platform(), id_base=id_base, big_cases=big_cases)
 
 
 def grade_function(problem: Problem, source, *, seed: int | None = None, quick: bool = False,
@@ -797,7 +812,8 @@ def _grade(programs: Programs, res: FunctionResult, *, with_speed: bool, modeler
 
 def _memory_check(programs: Programs) -> CheckResult:
     problem = programs.plan.problem
-    layout, case = programs.plan.big("memory")
+    big = programs.plan.big_case("memory")
+    layout, case = big.layout, big.case
     mesh = _mesh_for(problem, layout)
     where = checks.where(problem, layout, case)
     try:
@@ -807,7 +823,7 @@ def _memory_check(programs: Programs) -> CheckResult:
             stats = compiled.memory_analysis()
             temp = None if stats is None else int(stats.temp_size_in_bytes)
             with phase("memory: check the values"):
-                wrong = _big_case_values(problem, "memory", where, compiled, case, layout, args)
+                wrong = _big_case_values(problem, "memory", where, compiled, big, args)
     except BaseException as e:  # noqa: BLE001
         _never_the_students(e)
         return failed("memory", f"{where}: could not compile and run it: {_short_error(e)}")
@@ -818,7 +834,7 @@ def _memory_check(programs: Programs) -> CheckResult:
         return checks.memory(problem, temp, int(bound), what, where)
 
 
-def _big_case_values(problem: Problem, check: str, where: str, compiled, case: Case, layout,
+def _big_case_values(problem: Problem, check: str, where: str, compiled, big: BigCase,
                      args) -> Optional[CheckResult]:
     """Run the program compiled for the memory or speed case once and compare its output with
     the NumPy reference (:func:`checks.big_case_values`)."""
@@ -826,15 +842,17 @@ def _big_case_values(problem: Problem, check: str, where: str, compiled, case: C
 
     out = genuine_array(compiled(*_dynamic(problem, args)))
     value = np.asarray(jax.device_get(out))
-    expected = np.asarray(problem.reference(case.args, *layout))
-    copies = (copies_disagree(out, _mesh_for(problem, layout), problem.rtol, problem.atol)
+    with grader_work("the NumPy reference"):
+        expected = big.expected()
+    copies = (copies_disagree(out, _mesh_for(problem, big.layout), problem.rtol, problem.atol)
               if problem.uses_mesh else None)
     return checks.big_case_values(problem, check, where, value, expected, copies)
 
 
 def _speed_check(programs: Programs, modeler) -> CheckResult:
     problem = programs.plan.problem
-    layout, case = programs.plan.big("speed")
+    big = programs.plan.big_case("speed")
+    layout, case = big.layout, big.case
     mesh = _mesh_for(problem, layout)
     try:
         with time_limit(2 * CALL_TIMEOUT):
@@ -847,7 +865,7 @@ def _speed_check(programs: Programs, modeler) -> CheckResult:
                     student = programs.compiled(layout, case, mesh, args, fast=False)
             with phase("speed: check the values"):
                 wrong = _big_case_values(problem, "speed", checks.where(problem, layout, case),
-                                         student, case, layout, args)
+                                         student, big, args)
             if wrong is not None:
                 return wrong
             if modeler is not None:

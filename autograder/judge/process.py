@@ -114,6 +114,7 @@ def run(a, send, exporter) -> None:
     from ..core import errors
     from ..core.records import Done, Owner, Plan, Restart, Result, Start
     from . import grading
+    from .bigcases import BigCaseStore
     from .reuse import VerdictStore
     from .timing import phase
 
@@ -130,15 +131,17 @@ def run(a, send, exporter) -> None:
             notes.append("no graded function of any assignment is defined in this file, so its "
                          "assignment cannot be told: nothing was graded")
         send(Plan(assignment, [p.name for p in probs], notes, exporter.skip))
+        # A seed of its own: nothing graded before shares its inputs, nothing is kept
+        shared = a.cache_dir and a.seed is not None
+        store = VerdictStore(Path(a.cache_dir) / "verdicts") if shared else None
+        big_cases = BigCaseStore(Path(a.cache_dir) / "bigcases") if shared else None
         plans, base = [], 0
         for p in probs:
             plans.append(grading.plan_for(p, seed=a.seed, quick=a.quick,
-                                          with_speed=not a.no_speed, id_base=base))
+                                          with_speed=not a.no_speed, id_base=base,
+                                          big_cases=big_cases))
             base += 10_000
         defined = [p.name in exporter.defined for p in probs]
-        store = VerdictStore(Path(a.cache_dir) / "verdicts") if a.cache_dir else None
-        if store is not None and a.seed is None:
-            store = None  # a seed of its own: nothing graded before shares its inputs
         # Every request at once: the worker exports back to back while this side compiles
         # and runs what has arrived (replies wait here until their function's turn).
         for p, plan in zip(probs, plans, strict=True):

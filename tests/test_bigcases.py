@@ -1,0 +1,168 @@
+"""A class graded on one seed draws its memory and speed cases, and computes their NumPy
+answers, once (autograder/judge/bigcases.py).
+
+What must hold: a kept case is exactly the case the plan would draw, read back only for the same
+grader, NumPy, problem, seed, size and layout, and only if its arrays are the shapes the plan
+asked for; a file that cannot be read is a miss, never an error; the checks compare with the
+kept answer; a fresh secret seed keeps nothing.
+"""
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from autograder.core import identity
+from autograder.course import registry
+from autograder.judge import grading
+from autograder.judge.bigcases import BigCaseStore
+from autograder.supervisor.local import grade_function
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _reference(name: str):
+    problem = registry.get(name)
+    spec = importlib.util.spec_from_file_location(
+        f"sol_{problem.assignment}", ROOT / "solutions" / f"{problem.assignment}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return problem, getattr(module, name)
+
+
+def _plan(name: str, seed: int, store):
+    plan = grading.plan_for(registry.get(name), seed=seed, big_cases=store)
+    plan.all_requests()
+    return plan
+
+
+def _same_case(one, two) -> bool:
+    return len(one.args) == len(two.args) and all(
+        (isinstance(a, np.ndarray) and a.dtype == b.dtype and np.array_equal(a, b))
+        or (not isinstance(a, np.ndarray) and type(a) is type(b) and a == b)
+        for a, b in zip(one.args, two.args))
+
+
+@pytest.mark.parametrize("name", ["roll_diff", "moe_topk"])  # a static int; several arrays
+def test_a_kept_case_is_the_drawn_case_with_its_answer(tmp_path, name):
+    store = BigCaseStore(tmp_path)
+    size = "speed"
+    alone = _plan(name, 31, None).big_case(size)
+    first = _plan(name, 31, store).big_case(size)
+    assert not first.from_store and not list(tmp_path.glob("*.npz"))  # kept once answered
+    answer = first.expected()
+    assert len(list(tmp_path.glob("*.npz"))) == 1
+    again = _plan(name, 31, store).big_case(size)
+    assert again.from_store
+    assert _same_case(again.case, alone.case) and again.case.label == alone.case.label
+    assert again.layout == alone.layout
+    np.testing.assert_array_equal(again.expected(), answer)
+    np.testing.assert_array_equal(answer, alone.expected())
+
+
+def test_another_seed_grader_or_size_is_a_miss(tmp_path, monkeypatch):
+    store = BigCaseStore(tmp_path)
+    _plan("moe_all_to_all", 5, store).big_case("speed").expected()
+    assert _plan("moe_all_to_all", 5, store).big_case("speed").from_store
+    assert not _plan("moe_all_to_all", 6, store).big_case("speed").from_store
+    assert not _plan("moe_all_to_all", 5, store).big_case("memory").from_store
+    assert not _plan("moe_topk", 5, store).big_case("speed").from_store
+    monkeypatch.setattr(identity, "grader_hash", lambda: "another grader")
+    assert not _plan("moe_all_to_all", 5, store).big_case("speed").from_store
+
+
+def test_a_kept_case_of_other_shapes_is_not_used(tmp_path):
+    store = BigCaseStore(tmp_path)
+    plan = _plan("moe_local", 3, store)
+    memory = plan.big_case("memory")
+    speed_key = store.key("moe_local", 3, "speed", plan.problem.speed_layout)
+    # the memory case's arrays under the speed case's key: not what the plan asks for
+    store.put(speed_key, memory.case, memory.expected())
+    assert store.get(speed_key, plan.big_request("speed")) is None
+    assert not plan.big_case("speed").from_store
+
+
+@pytest.mark.parametrize("damage", ["truncated", "empty", "not a zip"])
+def test_an_unreadable_file_is_a_miss(tmp_path, damage):
+    store = BigCaseStore(tmp_path)
+    plan = _plan("roll_diff", 9, store)
+    plan.big_case("speed").expected()
+    (path,) = tmp_path.glob("*.npz")
+    data = path.read_bytes()
+    path.write_bytes({"truncated": data[: len(data) // 2], "empty": b"",
+                      "not a zip": b"x" * 100}[damage])
+    again = _plan("roll_diff", 9, store).big_case("speed")
+    assert not again.from_store
+    np.testing.assert_array_equal(again.expected(), plan.big_case("speed").expected())
+
+
+def test_the_store_keeps_within_its_cap_dropping_the_least_recently_read(tmp_path):
+    import os
+
+    store = BigCaseStore(tmp_path)
+    plans = [_plan("roll_diff", seed, store) for seed in (1, 2, 3)]
+    for i, plan in enumerate(plans):
+        plan.big_case("speed").expected()
+        (newest,) = [p for p in tmp_path.glob("*.npz")
+                     if p.name.startswith(store.key("roll_diff", plan.seed, "speed",
+                                                    plan.problem.speed_layout))]
+        os.utime(newest, (1000 + i, 1000 + i))
+    assert _plan("roll_diff", 1, store).big_case("speed").from_store  # read now: newest
+    size = max(p.stat().st_size for p in tmp_path.glob("*.npz"))
+    store.cap_bytes = 2 * size
+    store.prune()
+    kept = {p.stem for p in tmp_path.glob("*.npz")}
+    layout = plans[0].problem.speed_layout
+    assert kept == {store.key("roll_diff", s, "speed", layout) for s in (1, 3)}
+
+
+def test_a_fresh_seed_keeps_nothing(tmp_path):
+    with pytest.raises(ValueError, match="seed"):
+        grading.plan_for(registry.get("roll_diff"), seed=None, big_cases=BigCaseStore(tmp_path))
+
+
+def test_grading_reads_the_kept_cases_and_compares_with_the_kept_answers(tmp_path, monkeypatch):
+    """Graded twice on one seed: the second grading draws no big case and passes as the first
+    did; with a kept answer that is wrong, the big-case values checks fail: they compare with
+    what the store holds."""
+    problem, fn = _reference("moe_local")
+    store = BigCaseStore(tmp_path)
+    first = grade_function(problem, fn, plan=_plan("moe_local", 17, store))
+    assert all(c.passed for c in first.checks), [c.message for c in first.checks]
+    assert len(list(tmp_path.glob("*.npz"))) == 2  # memory and speed
+
+    def no_draw(self, size):
+        raise AssertionError("a kept big case was drawn again")
+
+    with monkeypatch.context() as m:
+        m.setattr(grading.Plan, "big", no_draw)
+        again = grade_function(problem, fn, plan=_plan("moe_local", 17, store))
+    assert [c.to_dict() for c in again.checks] == [c.to_dict() for c in first.checks]
+
+    plan = _plan("moe_local", 17, store)
+    for size in ("memory", "speed"):
+        big = plan.big_case(size)
+        store.put(store.key("moe_local", 17, size, big.layout), big.case, big.expected() + 1.0)
+    wrong = grade_function(problem, fn, plan=_plan("moe_local", 17, store))
+    failed = {c.name for c in wrong.checks if not c.passed}
+    assert failed == {"memory", "speed"}, [c.message for c in wrong.checks]
+
+
+@pytest.mark.parametrize("seed", [1234, None])
+def test_a_shared_seed_keeps_its_big_cases_and_a_fresh_seed_none(tmp_path, seed):
+    """Through the judge process: with a seed given (a class graded on one seed), the big cases
+    land in the class-wide cache beside the verdicts; with a fresh secret seed (``grade`` with
+    no --seed), nothing is kept."""
+    from autograder.cli.main import grade_path
+    from autograder.supervisor.options import Limits
+
+    sub = tmp_path / "ps2_moe.py"
+    sub.write_text((ROOT / "solutions" / "ps2_moe.py").read_text())
+    cache = tmp_path / "cache"
+    res = grade_path(sub, "ps2_moe", quick=True, seed=seed, cache_dir=cache, only=["moe_local"],
+                     limits=Limits(per_function_s=120, load_s=60, statement_s=10))
+    checks = res.functions["moe_local"].checks
+    assert [c.name for c in checks if c.passed] == [c.name for c in checks], checks
+    assert {"memory", "speed"} <= {c.name for c in checks}
+    kept = list(cache.rglob("bigcases/*.npz"))
+    assert len(kept) == (2 if seed is not None else 0)
