@@ -152,7 +152,8 @@ def test_grading_reads_the_kept_cases_and_compares_with_the_kept_answers(tmp_pat
 def test_a_shared_seed_keeps_its_big_cases_and_a_fresh_seed_none(tmp_path, seed):
     """Through the judge process: with a seed given (a class graded on one seed), the big cases
     land in the class-wide cache beside the verdicts; with a fresh secret seed (``grade`` with
-    no --seed), nothing is kept."""
+    no --seed), nothing is kept. The student's files are capped at 1 MiB here; the grader's
+    own (several MiB) are not."""
     from autograder.cli.main import grade_path
     from autograder.supervisor.options import Limits
 
@@ -160,9 +161,11 @@ def test_a_shared_seed_keeps_its_big_cases_and_a_fresh_seed_none(tmp_path, seed)
     sub.write_text((ROOT / "solutions" / "ps2_moe.py").read_text())
     cache = tmp_path / "cache"
     res = grade_path(sub, "ps2_moe", quick=True, seed=seed, cache_dir=cache, only=["moe_local"],
-                     limits=Limits(per_function_s=120, load_s=60, statement_s=10))
+                     limits=Limits(per_function_s=120, load_s=60, statement_s=10,
+                                   output_mb=1))
     checks = res.functions["moe_local"].checks
     assert [c.name for c in checks if c.passed] == [c.name for c in checks], checks
     assert {"memory", "speed"} <= {c.name for c in checks}
     kept = list(cache.rglob("bigcases/*.npz"))
     assert len(kept) == (2 if seed is not None else 0)
+    assert all(p.stat().st_size > 1 << 20 for p in kept)

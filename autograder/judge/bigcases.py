@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 import threading
 import zipfile
 from pathlib import Path
@@ -114,8 +115,10 @@ class BigCaseStore:
         try:
             np.savez(tmp, **arrays)
             os.replace(tmp, path)
-        except OSError:
-            tmp.unlink(missing_ok=True)  # a full disk costs the next grading a draw, no more
+        except OSError as e:  # a full disk costs the next grading a draw, no more
+            tmp.unlink(missing_ok=True)
+            print(f"the big case {key} was not kept ({e}): the next grading on this seed "
+                  "draws it again", file=sys.stderr)
             return
         self.prune()
 

@@ -39,6 +39,13 @@ from .handin import MAX_HANDIN, own_files, read_capped
 from .options import Limits, Options, cache_for, check_options
 
 
+#: the largest file the trusted grader itself may write: its class-wide cache keeps the big
+#: cases' arrays (32 MiB each in this course, see :mod:`autograder.judge.bigcases`). What the
+#: submission's processes write stays capped at ``Limits.output_mb``: the sandbox sets that
+#: limit for them itself.
+JUDGE_FILE_MB = 512
+
+
 def _preexec(limits: Limits):
     """The judge's ``preexec_fn``: its resource limits, and death with this process."""
     orphan_guard = die_with_parent()
@@ -53,7 +60,7 @@ def _preexec(limits: Limits):
             resource.setrlimit(which, (want, want))
 
         cap(resource.RLIMIT_AS, limits.address_space_mb)
-        cap(resource.RLIMIT_FSIZE, limits.output_mb)
+        cap(resource.RLIMIT_FSIZE, max(limits.output_mb, JUDGE_FILE_MB))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
     return apply
