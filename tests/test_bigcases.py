@@ -6,7 +6,6 @@ grader, NumPy, problem, seed, size and layout, and only if its arrays are the sh
 asked for; a file that cannot be read is a miss, never an error; the checks compare with the
 kept answer; a fresh secret seed keeps nothing.
 """
-import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -17,17 +16,9 @@ from autograder.course import registry
 from autograder.judge import grading
 from autograder.judge.bigcases import BigCaseStore
 from autograder.supervisor.local import grade_function
+from tools_helpers import reference_answer
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _reference(name: str):
-    problem = registry.get(name)
-    spec = importlib.util.spec_from_file_location(
-        f"sol_{problem.assignment}", ROOT / "solutions" / f"{problem.assignment}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return problem, getattr(module, name)
 
 
 def _plan(name: str, seed: int, store):
@@ -125,7 +116,7 @@ def test_grading_reads_the_kept_cases_and_compares_with_the_kept_answers(tmp_pat
     """Graded twice on one seed: the second grading draws no big case and passes as the first
     did; with a kept answer that is wrong, the big-case values checks fail: they compare with
     what the store holds."""
-    problem, fn = _reference("moe_local")
+    problem, fn = reference_answer("moe_local")
     store = BigCaseStore(tmp_path)
     first = grade_function(problem, fn, plan=_plan("moe_local", 17, store))
     assert all(c.passed for c in first.checks), [c.message for c in first.checks]

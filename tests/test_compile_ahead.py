@@ -4,9 +4,7 @@ artifacts arrive, from the cases' shapes alone, while the numerics run (autograd
 What must hold: the program compiled from shapes is the program the checks would have compiled
 from the placed arrays, each is compiled once, on a pool thread, and the verdict is the same.
 """
-import importlib.util
 import threading
-from pathlib import Path
 
 import pytest
 
@@ -14,24 +12,14 @@ from autograder.course import registry
 from autograder.judge import grading
 from autograder.supervisor.local import grade_function
 from autograder.worker.local import LocalExporter
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def _reference(name: str):
-    problem = registry.get(name)
-    spec = importlib.util.spec_from_file_location(
-        f"sol_{problem.assignment}", ROOT / "solutions" / f"{problem.assignment}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return problem, getattr(module, name)
+from tools_helpers import reference_answer
 
 
 @pytest.mark.parametrize("name", ["moe_all_to_all", "moe_local"])  # a mesh; one device
 def test_a_program_lowered_from_shapes_is_the_one_lowered_from_the_arrays(name):
     import jax
 
-    problem, fn = _reference(name)
+    problem, fn = reference_answer(name)
     plan = grading.plan_for(problem, seed=11)
     replies = LocalExporter.of(name, fn).export(plan.all_requests())
     programs = grading.Programs(plan, replies)
@@ -49,7 +37,7 @@ def test_a_program_lowered_from_shapes_is_the_one_lowered_from_the_arrays(name):
 
 
 def test_the_memory_and_speed_programs_compile_once_in_the_pool(monkeypatch):
-    problem, fn = _reference("moe_local")
+    problem, fn = reference_answer("moe_local")
     made: list = []
     once = grading.Programs._once
 
@@ -119,7 +107,7 @@ def test_a_reused_verdict_compiles_no_memory_or_speed_program(tmp_path, monkeypa
     start only when a function is to be graded, are not compiled for it."""
     from autograder.judge.reuse import VerdictStore
 
-    problem, fn = _reference("moe_local")
+    problem, fn = reference_answer("moe_local")
     store = VerdictStore(tmp_path / "verdicts")
     first = grade_function(problem, fn, seed=8, store=store)
     assert not first.reused
