@@ -160,3 +160,38 @@ def test_a_shared_seed_keeps_its_big_cases_and_a_fresh_seed_none(tmp_path, seed)
     kept = list(cache.rglob("bigcases/*.npz"))
     assert len(kept) == (2 if seed is not None else 0)
     assert all(p.stat().st_size > 1 << 20 for p in kept)
+
+
+def test_the_answer_is_computed_outside_the_submissions_time_limit(monkeypatch):
+    """The NumPy answer is the grader's work: computed before the time limit of the student's
+    program starts, so a slow reference (a busy machine) never becomes the student's timeout."""
+    import contextlib
+
+    from autograder.judge import bigcases
+
+    inside: list = []
+    real_limit = grading.time_limit
+
+    @contextlib.contextmanager
+    def watched(seconds):
+        inside.append(seconds)
+        try:
+            with real_limit(seconds):
+                yield
+        finally:
+            inside.pop()
+
+    computed: list = []
+    real_expected = bigcases.BigCase.expected
+
+    def expected(self):
+        if self._expected is None:
+            computed.append(bool(inside))
+        return real_expected(self)
+
+    monkeypatch.setattr(grading, "time_limit", watched)
+    monkeypatch.setattr(bigcases.BigCase, "expected", expected)
+    problem, fn = reference_answer("moe_local")
+    res = grade_function(problem, fn, seed=21)
+    assert all(c.passed for c in res.checks), [c.message for c in res.checks]
+    assert computed == [False, False]  # memory, speed: neither inside a time limit

@@ -812,7 +812,7 @@ def _grade(programs: Programs, res: FunctionResult, *, with_speed: bool, modeler
 
 def _memory_check(programs: Programs) -> CheckResult:
     problem = programs.plan.problem
-    big = programs.plan.big_case("memory")
+    big = _answered(programs.plan, "memory")
     layout, case = big.layout, big.case
     mesh = _mesh_for(problem, layout)
     where = checks.where(problem, layout, case)
@@ -834,16 +834,26 @@ def _memory_check(programs: Programs) -> CheckResult:
         return checks.memory(problem, temp, int(bound), what, where)
 
 
+def _answered(plan: Plan, size: str) -> BigCase:
+    """The memory or speed case with its NumPy answer computed (or read) now: the grader's
+    work, before the time limit of the submission's program starts, so a slow reference is
+    never the student's timeout."""
+    with phase(f"{size}: the case and its answer"), grader_work("the NumPy reference"):
+        big = plan.big_case(size)
+        big.expected()
+    return big
+
+
 def _big_case_values(problem: Problem, check: str, where: str, compiled, big: BigCase,
                      args) -> Optional[CheckResult]:
     """Run the program compiled for the memory or speed case once and compare its output with
-    the NumPy reference (:func:`checks.big_case_values`)."""
+    the NumPy reference (:func:`checks.big_case_values`; ``big``'s answer is computed
+    beforehand, :func:`_answered`)."""
     import jax
 
     out = genuine_array(compiled(*_dynamic(problem, args)))
     value = np.asarray(jax.device_get(out))
-    with grader_work("the NumPy reference"):
-        expected = big.expected()
+    expected = big.expected()
     copies = (copies_disagree(out, _mesh_for(problem, big.layout), problem.rtol, problem.atol)
               if problem.uses_mesh else None)
     return checks.big_case_values(problem, check, where, value, expected, copies)
@@ -851,7 +861,7 @@ def _big_case_values(problem: Problem, check: str, where: str, compiled, big: Bi
 
 def _speed_check(programs: Programs, modeler) -> CheckResult:
     problem = programs.plan.problem
-    big = programs.plan.big_case("speed")
+    big = _answered(programs.plan, "speed")
     layout, case = big.layout, big.case
     mesh = _mesh_for(problem, layout)
     try:
