@@ -201,8 +201,17 @@ def _kill_mid_run(argv: list[str], sig: int, cwd: Path) -> tuple[subprocess.Pope
     """Start ``argv``; once a sandboxed worker runs below it (and a few seconds more, for the
     judge to be running a program), send ``sig`` to the parent alone. Returns the process and
     what was left running 15 s later."""
-    p = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                         start_new_session=True)
+    import signal
+
+    # As from a terminal, whatever ran this suite: a shell without job control starts a
+    # background job with SIGINT ignored, and that disposition would pass on to the grader
+    # (a handler of this process's own is reset to the default in the child)
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        p = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
+    finally:
+        signal.signal(signal.SIGINT, before)
     try:
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
