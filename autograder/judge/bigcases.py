@@ -125,9 +125,12 @@ class BigCaseStore:
     def prune(self) -> None:
         """Remove the least recently read files until the store is within its cap."""
         with self._lock:
+            files = []
             try:
-                files = [(p.stat().st_mtime, p.stat().st_size, p)
-                         for p in self.root.glob("*.npz") if ".tmp." not in p.name]
+                for p in self.root.glob("*.npz"):
+                    if ".tmp." not in p.name:
+                        st = p.stat()  # once: another grader may remove it meanwhile
+                        files.append((st.st_mtime, st.st_size, p))
             except OSError:
                 return
             total = sum(s for _, s, _ in files)
