@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from ..core.files import replaced
 from ..core.identity import GRADER_VERSION, grader_hash
 from ..core.results import REGRADE
 from ..supervisor.handin import own_files, read_capped, regular
@@ -252,11 +253,8 @@ def _write_report(item: Item, res: dict, seconds: float, fp: str, key: bytes, re
            "submission": str(item.path), "fingerprint": fp, "seconds": round(seconds, 2),
            **extra, **res}
     rep["signature"] = sign(rep, key)
-    out = _report_path(item, reports)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(rep, indent=2))
-    os.replace(tmp, out)
+    with replaced(_report_path(item, reports)) as tmp:
+        tmp.write_text(json.dumps(rep, indent=2))
     return Outcome(item, rep, seconds=seconds)
 
 
@@ -338,9 +336,7 @@ def write_outputs(outcomes: list[Outcome], csv_path: Path, reports: Path) -> Non
                 fnames.append(n)
     fnames.sort(key=lambda n: order.get(n, 1 << 30))
     rows = sorted(outcomes, key=lambda o: (o.item.student, o.report.get("assignment") or ""))
-    csv_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = csv_path.with_suffix(csv_path.suffix + ".tmp")
-    with open(tmp, "w", newline="") as f:
+    with replaced(csv_path) as tmp, open(tmp, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["student", "assignment"] + fnames
                    + ["total", "max_total", "isolated", "needs_regrade"])
@@ -353,7 +349,6 @@ def write_outputs(outcomes: list[Outcome], csv_path: Path, reports: Path) -> Non
                        + [o.report.get("score", 0), o.report.get("max_score", 0),
                           "yes" if o.report.get("isolated", False) else "NO",
                           " ".join(o.report.get("needs_regrade") or [])])
-    os.replace(tmp, csv_path)
     by_student: dict[str, list[dict]] = {}
     for o in rows:
         by_student.setdefault(o.item.student, []).append(o.report)

@@ -26,6 +26,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from ..core.files import replaced
 from ..core.problem import Case
 from ..core.records import ExportRequest
 
@@ -109,14 +110,10 @@ class BigCaseStore:
                 statics.append(i)
                 arrays[f"arg{i}"] = np.int64(int(a))
         arrays["statics"] = np.asarray(statics, np.int64)
-        self.root.mkdir(parents=True, exist_ok=True)
-        path = self._path(key)
-        tmp = path.with_name(f"{key}.{os.getpid()}.{threading.get_ident()}.tmp.npz")
         try:
-            np.savez(tmp, **arrays)
-            os.replace(tmp, path)
+            with replaced(self._path(key)) as tmp, open(tmp, "wb") as f:
+                np.savez(f, **arrays)
         except OSError as e:  # a full disk costs the next grading a draw, no more
-            tmp.unlink(missing_ok=True)
             print(f"the big case {key} was not kept ({e}): the next grading on this seed "
                   "draws it again", file=sys.stderr)
             return
@@ -127,10 +124,9 @@ class BigCaseStore:
         with self._lock:
             files = []
             try:
-                for p in self.root.glob("*.npz"):
-                    if ".tmp." not in p.name:
-                        st = p.stat()  # once: another grader may remove it meanwhile
-                        files.append((st.st_mtime, st.st_size, p))
+                for p in self.root.glob("*.npz"):  # a file being written ends in .tmp
+                    st = p.stat()  # once: another grader may remove it meanwhile
+                    files.append((st.st_mtime, st.st_size, p))
             except OSError:
                 return
             total = sum(s for _, s, _ in files)

@@ -29,6 +29,7 @@ import numpy as np
 from ..core.compare import copies_disagree, genuine_array, sharding_problem
 from ..core.devices import platform as current_platform
 from ..core.errors import GradingTimeout, describe_error, time_limit
+from ..core.files import replaced
 from ..core.meshes import layouts as all_layouts
 from ..core.meshes import make_mesh
 from ..core.problem import Case, Problem
@@ -959,10 +960,8 @@ def baseline_text(problem: Problem, layout, case: Case, mesh, args) -> str:
         text = partitioned_hlo(_bind(problem, problem.baseline, mesh), args,
                                static_argnums=problem.static_argnums, out_shardings=outs)
         if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(text, encoding="utf-8")
-            os.replace(tmp, path)
+            with replaced(path) as tmp:
+                tmp.write_text(text, encoding="utf-8")
     _baseline_texts[key] = text
     return text
 

@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from pathlib import Path
 from typing import Optional
+
+from ..core.files import replaced
 
 _FUNC = re.compile(r"func\.func\s+(?:public\s+|private\s+)?@([\w.$-]+)")
 _SYMBOL = re.compile(r"@([\w.$-]+)")
@@ -96,8 +97,5 @@ class VerdictStore:
     def put(self, key: str, checks: list[dict]) -> None:
         if self.root is None:
             return
-        path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"checks": checks}), encoding="utf-8")
-        os.replace(tmp, path)
+        with replaced(self._path(key)) as tmp:
+            tmp.write_text(json.dumps({"checks": checks}), encoding="utf-8")
