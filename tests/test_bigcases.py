@@ -40,20 +40,19 @@ def test_a_kept_case_is_the_drawn_case_with_its_answer(tmp_path, name):
     size = "speed"
     alone = _plan(name, 31, None).big_case(size)
     first = _plan(name, 31, store).big_case(size)
-    assert not first.from_store and not list(tmp_path.glob("*.npz"))  # kept once answered
-    answer = first.expected()
-    assert len(list(tmp_path.glob("*.npz"))) == 1
+    assert not first.from_store and len(list(tmp_path.glob("*.npz"))) == 1
+    answer = first.expected
     again = _plan(name, 31, store).big_case(size)
     assert again.from_store
     assert _same_case(again.case, alone.case) and again.case.label == alone.case.label
     assert again.layout == alone.layout
-    np.testing.assert_array_equal(again.expected(), answer)
-    np.testing.assert_array_equal(answer, alone.expected())
+    np.testing.assert_array_equal(again.expected, answer)
+    np.testing.assert_array_equal(answer, alone.expected)
 
 
 def test_another_seed_grader_or_size_is_a_miss(tmp_path, monkeypatch):
     store = BigCaseStore(tmp_path)
-    _plan("moe_all_to_all", 5, store).big_case("speed").expected()
+    _plan("moe_all_to_all", 5, store).big_case("speed").expected
     assert _plan("moe_all_to_all", 5, store).big_case("speed").from_store
     assert not _plan("moe_all_to_all", 6, store).big_case("speed").from_store
     assert not _plan("moe_all_to_all", 5, store).big_case("memory").from_store
@@ -68,7 +67,7 @@ def test_a_kept_case_of_other_shapes_is_not_used(tmp_path):
     memory = plan.big_case("memory")
     speed_key = store.key("moe_local", 3, "speed", plan.problem.speed_layout)
     # the memory case's arrays under the speed case's key: not what the plan asks for
-    store.put(speed_key, memory.case, memory.expected())
+    store.put(speed_key, memory.case, memory.expected)
     assert store.get(speed_key, plan.big_request("speed")) is None
     assert not plan.big_case("speed").from_store
 
@@ -77,14 +76,14 @@ def test_a_kept_case_of_other_shapes_is_not_used(tmp_path):
 def test_an_unreadable_file_is_a_miss(tmp_path, damage):
     store = BigCaseStore(tmp_path)
     plan = _plan("roll_diff", 9, store)
-    plan.big_case("speed").expected()
+    plan.big_case("speed").expected
     (path,) = tmp_path.glob("*.npz")
     data = path.read_bytes()
     path.write_bytes({"truncated": data[: len(data) // 2], "empty": b"",
                       "not a zip": b"x" * 100}[damage])
     again = _plan("roll_diff", 9, store).big_case("speed")
     assert not again.from_store
-    np.testing.assert_array_equal(again.expected(), plan.big_case("speed").expected())
+    np.testing.assert_array_equal(again.expected, plan.big_case("speed").expected)
 
 
 def test_the_store_keeps_within_its_cap_dropping_the_least_recently_read(tmp_path):
@@ -93,7 +92,7 @@ def test_the_store_keeps_within_its_cap_dropping_the_least_recently_read(tmp_pat
     store = BigCaseStore(tmp_path)
     plans = [_plan("roll_diff", seed, store) for seed in (1, 2, 3)]
     for i, plan in enumerate(plans):
-        plan.big_case("speed").expected()
+        plan.big_case("speed").expected
         (newest,) = [p for p in tmp_path.glob("*.npz")
                      if p.name.startswith(store.key("roll_diff", plan.seed, "speed",
                                                     plan.problem.speed_layout))]
@@ -133,7 +132,7 @@ def test_grading_reads_the_kept_cases_and_compares_with_the_kept_answers(tmp_pat
     plan = _plan("moe_local", 17, store)
     for size in ("memory", "speed"):
         big = plan.big_case(size)
-        store.put(store.key("moe_local", 17, size, big.layout), big.case, big.expected() + 1.0)
+        store.put(store.key("moe_local", 17, size, big.layout), big.case, big.expected + 1.0)
     wrong = grade_function(problem, fn, plan=_plan("moe_local", 17, store))
     failed = {c.name for c in wrong.checks if not c.passed}
     assert failed == {"memory", "speed"}, [c.message for c in wrong.checks]
@@ -166,8 +165,7 @@ def test_the_answer_is_computed_outside_the_submissions_time_limit(monkeypatch):
     """The NumPy answer is the grader's work: computed before the time limit of the student's
     program starts, so a slow reference (a busy machine) never becomes the student's timeout."""
     import contextlib
-
-    from autograder.judge import bigcases
+    import dataclasses
 
     inside: list = []
     real_limit = grading.time_limit
@@ -181,17 +179,34 @@ def test_the_answer_is_computed_outside_the_submissions_time_limit(monkeypatch):
         finally:
             inside.pop()
 
+    problem, fn = reference_answer("moe_local")
+    big_shapes = {grading.plan_for(problem, seed=21).big(size)[1].args[0].shape
+                  for size in ("memory", "speed")}
     computed: list = []
-    real_expected = bigcases.BigCase.expected
 
-    def expected(self):
-        if self._expected is None:
+    def reference(args, *layout):
+        if args[0].shape in big_shapes:
             computed.append(bool(inside))
-        return real_expected(self)
+        return problem.reference(args, *layout)
 
     monkeypatch.setattr(grading, "time_limit", watched)
-    monkeypatch.setattr(bigcases.BigCase, "expected", expected)
-    problem, fn = reference_answer("moe_local")
-    res = grade_function(problem, fn, seed=21)
+    res = grade_function(dataclasses.replace(problem, reference=reference), fn, seed=21)
     assert all(c.passed for c in res.checks), [c.message for c in res.checks]
     assert computed == [False, False]  # memory, speed: neither inside a time limit
+
+
+def test_an_error_in_a_big_cases_reference_is_a_regrade():
+    """The big case's answer is the grader's work: an error in it is the grader's fault (a
+    regrade), never the student's failed memory or speed check."""
+    import dataclasses
+
+    problem, fn = reference_answer("moe_local")
+    big_shape = grading.plan_for(problem, seed=22).big("memory")[1].args[0].shape
+
+    def reference(args, *layout):
+        if args[0].shape == big_shape:
+            raise ValueError("the reference broke")
+        return problem.reference(args, *layout)
+
+    with pytest.raises(grading.GraderFault, match="NumPy reference.*the reference broke"):
+        grade_function(dataclasses.replace(problem, reference=reference), fn, seed=22)

@@ -12,7 +12,7 @@ for, is a miss: the case is drawn again. The store holds at most :data:`CAP_BYTE
 read least recently go first.
 
 :class:`BigCase` is what the memory and speed checks use, with or without a store: the layout,
-the inputs, and the answer computed (or read) when first asked for.
+the inputs and their answer, made (or read) by :func:`big_case`.
 """
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ import os
 import sys
 import threading
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -34,23 +35,15 @@ from ..core.records import ExportRequest
 CAP_BYTES = 3 << 30
 
 
+@dataclass(frozen=True)
 class BigCase:
-    """One memory or speed case: ``layout``, ``case`` and :meth:`expected` (the NumPy answer,
-    computed on first use; ``on_answer`` is told it, to keep it)."""
+    """One memory or speed case: its mesh ``layout``, its inputs ``case``, and ``expected``,
+    the NumPy reference's answer on them; ``from_store``: read back, not drawn."""
 
-    def __init__(self, layout, case: Case, reference: Callable,
-                 expected: Optional[np.ndarray] = None,
-                 on_answer: Optional[Callable[[np.ndarray], None]] = None):
-        self.layout, self.case = layout, case
-        self._reference, self._expected, self._on_answer = reference, expected, on_answer
-        self.from_store = expected is not None
-
-    def expected(self) -> np.ndarray:
-        if self._expected is None:
-            self._expected = np.asarray(self._reference(self.case.args, *self.layout))
-            if self._on_answer is not None:
-                self._on_answer(self._expected)
-        return self._expected
+    layout: tuple
+    case: Case
+    expected: np.ndarray
+    from_store: bool = False
 
 
 class BigCaseStore:
@@ -139,15 +132,16 @@ class BigCaseStore:
 
 def big_case(problem, layout, draw: Callable[[], Case], request: ExportRequest, *, seed: int,
              size: str, store: Optional[BigCaseStore]) -> BigCase:
-    """The ``size`` case of ``problem`` on ``layout``: read from ``store`` where it holds it,
-    else drawn by ``draw()`` (and kept there, with its answer, once the answer is computed)."""
-    if store is None:
-        return BigCase(layout, draw(), problem.reference)
-    key = store.key(problem.name, seed, size, layout)
-    kept = store.get(key, request)
-    if kept is not None:
-        case, expected = kept
-        return BigCase(layout, case, problem.reference, expected)
+    """The ``size`` case of ``problem`` on ``layout`` with its answer: read from ``store``
+    where it holds it, else drawn by ``draw()`` and answered by the NumPy reference now (and
+    kept in ``store``, if given)."""
+    key = None if store is None else store.key(problem.name, seed, size, layout)
+    if store is not None:
+        kept = store.get(key, request)
+        if kept is not None:
+            return BigCase(tuple(layout), *kept, from_store=True)
     case = draw()
-    return BigCase(layout, case, problem.reference,
-                   on_answer=lambda answer: store.put(key, case, answer))
+    expected = np.asarray(problem.reference(case.args, *layout))
+    if store is not None:
+        store.put(key, case, expected)
+    return BigCase(tuple(layout), case, expected)

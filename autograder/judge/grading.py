@@ -312,8 +312,8 @@ class Plan:
         return layout, self.problem.case(rng, *layout, size)
 
     def big_case(self, size: str) -> BigCase:
-        """The memory or speed case with its answer: read from :attr:`big_cases` where it
-        is kept there, else drawn (:meth:`big`)."""
+        """The memory or speed case with its NumPy answer: read from :attr:`big_cases` where
+        it is kept there, else drawn (:meth:`big`) and answered now."""
         return big_case(self.problem, self.problem.speed_layout,
                         lambda: self.big(size)[1], self.big_request(size), seed=self.seed,
                         size=size, store=self.big_cases)
@@ -836,25 +836,23 @@ def _memory_check(programs: Programs) -> CheckResult:
 
 
 def _answered(plan: Plan, size: str) -> BigCase:
-    """The memory or speed case with its NumPy answer computed (or read) now: the grader's
-    work, before the time limit of the submission's program starts, so a slow reference is
-    never the student's timeout."""
+    """The memory or speed case with its NumPy answer, made (or read) now: the grader's work,
+    before the time limit of the submission's program starts, so a slow reference is never the
+    student's timeout, and its error is a regrade."""
     with phase(f"{size}: the case and its answer"), grader_work("the NumPy reference"):
-        big = plan.big_case(size)
-        big.expected()
-    return big
+        return plan.big_case(size)
 
 
 def _big_case_values(problem: Problem, check: str, where: str, compiled, big: BigCase,
                      args) -> Optional[CheckResult]:
     """Run the program compiled for the memory or speed case once and compare its output with
-    the NumPy reference (:func:`checks.big_case_values`; ``big``'s answer is computed
+    the NumPy reference (:func:`checks.big_case_values`; ``big``'s answer is made
     beforehand, :func:`_answered`)."""
     import jax
 
     out = genuine_array(compiled(*_dynamic(problem, args)))
     value = np.asarray(jax.device_get(out))
-    expected = big.expected()
+    expected = big.expected
     copies = (copies_disagree(out, _mesh_for(problem, big.layout), problem.rtol, problem.atol)
               if problem.uses_mesh else None)
     return checks.big_case_values(problem, check, where, value, expected, copies)
