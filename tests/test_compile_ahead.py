@@ -3,6 +3,7 @@ artifacts arrive, from the cases' shapes alone, while the numerics run (autograd
 
 What must hold: the program compiled from shapes is the program the checks would have compiled
 from the placed arrays, each is compiled once, on a pool thread, and the verdict is the same.
+And the judge's own planning overlaps the sandbox loading the submission.
 """
 import threading
 
@@ -129,3 +130,38 @@ def test_a_reused_verdict_compiles_no_memory_or_speed_program(tmp_path, monkeypa
     assert not started and not made, made  # nothing compiled: not even the numerics
     grade_function(problem, fn, seed=9, store=store)  # another seed: graded, so started
     assert started and "memory" in made and "speed" in made
+
+
+def test_the_cases_are_planned_while_the_worker_loads(monkeypatch):
+    """The judge plans every function's cases before it waits for the sandbox to load the
+    submission (the two overlap); the records it sends keep their order."""
+    import argparse
+
+    from autograder.core.records import Done, Plan, Result, Start
+    from autograder.judge import process
+
+    events: list = []
+    all_requests = grading.Plan.all_requests
+    monkeypatch.setattr(grading.Plan, "all_requests",
+                        lambda self: events.append("plan") or all_requests(self))
+    monkeypatch.setattr(grading, "OWNER_HOOK", None)
+
+    class Worker:  # a submission that defines none of the functions
+        notes, defined, skip, late_notes = [], set(), [], []
+
+        def start(self):
+            events.append("wait for the load")
+
+        def submit(self, requests):
+            raise AssertionError("nothing is defined: nothing to export")
+
+        def close(self):
+            pass
+
+    a = argparse.Namespace(submission="ps1_sharding.py", assignment="ps1_sharding", only=None,
+                           cache_dir=None, seed=3, quick=True, no_speed=True, export_timeout=5)
+    sent: list = []
+    process.run(a, sent.append, Worker())
+    n = len(registry.problems("ps1_sharding"))
+    assert events == ["plan"] * n + ["wait for the load"]
+    assert [type(r) for r in sent] == [Plan] + [Start, Result] * n + [Done]

@@ -119,28 +119,33 @@ def run(a, send, exporter) -> None:
     from .timing import phase
 
     work = Path(a.submission).resolve()
-    with phase("wait for the worker to load the submission"):
-        exporter.start()
     try:
+        # Planned while the worker loads the submission (both sides would otherwise wait on
+        # each other): the functions come from the hand-in's name or its source read without
+        # running it, the cases from the seed, never from what the worker says
         assignment, probs = choose_problems(a.assignment, work)
         if a.only:
             only = set(a.only.split(","))
             probs = [p for p in probs if p.name in only]
-        notes = list(exporter.notes)
-        if not probs and not a.assignment:
-            notes.append("no graded function of any assignment is defined in this file, so its "
-                         "assignment cannot be told: nothing was graded")
-        send(Plan(assignment, [p.name for p in probs], notes, exporter.skip))
         # A seed of its own: nothing graded before shares its inputs, nothing is kept
         shared = a.cache_dir and a.seed is not None
         store = VerdictStore(Path(a.cache_dir) / "verdicts") if shared else None
         big_cases = BigCaseStore(Path(a.cache_dir) / "bigcases") if shared else None
         plans, base = [], 0
-        for p in probs:
-            plans.append(grading.plan_for(p, seed=a.seed, quick=a.quick,
-                                          with_speed=not a.no_speed, id_base=base,
-                                          big_cases=big_cases))
-            base += 10_000
+        with phase("plan the cases (while the worker loads)"):
+            for p in probs:
+                plans.append(grading.plan_for(p, seed=a.seed, quick=a.quick,
+                                              with_speed=not a.no_speed, id_base=base,
+                                              big_cases=big_cases))
+                plans[-1].all_requests()
+                base += 10_000
+        with phase("wait for the worker to load the submission"):
+            exporter.start()
+        notes = list(exporter.notes)
+        if not probs and not a.assignment:
+            notes.append("no graded function of any assignment is defined in this file, so its "
+                         "assignment cannot be told: nothing was graded")
+        send(Plan(assignment, [p.name for p in probs], notes, exporter.skip))
         defined = [p.name in exporter.defined for p in probs]
         # Every request at once: the worker exports back to back while this side compiles
         # and runs what has arrived (replies wait here until their function's turn).
