@@ -52,7 +52,7 @@ def test_a_kept_case_is_the_drawn_case_with_its_answer(tmp_path, name):
 
 def test_another_seed_grader_or_size_is_a_miss(tmp_path, monkeypatch):
     store = BigCaseStore(tmp_path)
-    _plan("moe_all_to_all", 5, store).big_case("speed").expected
+    _plan("moe_all_to_all", 5, store).big_case("speed")  # drawn, answered and kept
     assert _plan("moe_all_to_all", 5, store).big_case("speed").from_store
     assert not _plan("moe_all_to_all", 6, store).big_case("speed").from_store
     assert not _plan("moe_all_to_all", 5, store).big_case("memory").from_store
@@ -76,7 +76,7 @@ def test_a_kept_case_of_other_shapes_is_not_used(tmp_path):
 def test_an_unreadable_file_is_a_miss(tmp_path, damage):
     store = BigCaseStore(tmp_path)
     plan = _plan("roll_diff", 9, store)
-    plan.big_case("speed").expected
+    plan.big_case("speed")  # drawn, answered and kept
     (path,) = tmp_path.glob("*.npz")
     data = path.read_bytes()
     path.write_bytes({"truncated": data[: len(data) // 2], "empty": b"",
@@ -92,7 +92,7 @@ def test_the_store_keeps_within_its_cap_dropping_the_least_recently_read(tmp_pat
     store = BigCaseStore(tmp_path)
     plans = [_plan("roll_diff", seed, store) for seed in (1, 2, 3)]
     for i, plan in enumerate(plans):
-        plan.big_case("speed").expected
+        plan.big_case("speed")  # drawn, answered and kept
         (newest,) = [p for p in tmp_path.glob("*.npz")
                      if p.name.startswith(store.key("roll_diff", plan.seed, "speed",
                                                     plan.problem.speed_layout))]

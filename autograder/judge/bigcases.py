@@ -135,8 +135,8 @@ def big_case(problem, layout, draw: Callable[[], Case], request: ExportRequest, 
     """The ``size`` case of ``problem`` on ``layout`` with its answer: read from ``store``
     where it holds it, else drawn by ``draw()`` and answered by the NumPy reference now (and
     kept in ``store``, if given)."""
-    key = None if store is None else store.key(problem.name, seed, size, layout)
     if store is not None:
+        key = store.key(problem.name, seed, size, layout)
         kept = store.get(key, request)
         if kept is not None:
             return BigCase(tuple(layout), *kept, from_store=True)
