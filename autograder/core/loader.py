@@ -2,7 +2,9 @@
 
 The submission's source is parsed, not run as a whole: imports, function and class definitions
 and the plain ``name = value`` assignments those definitions read are executed one statement at
-a time, each with a time limit; top-level expressions, loops, ``with``/``if`` blocks, demo
+a time, each with a time limit, and so are ``try`` and ``if`` blocks made of nothing else (the
+``try: from jax import shard_map`` / ``except ImportError: ...`` of code written for several JAX
+versions); top-level expressions, loops, ``with`` blocks, blocks that do anything else, demo
 assignments, shell and magic lines are skipped (a notebook's demos and prints have no business
 running at grading time). A statement that fails or
 hangs is skipped, so one bad cell costs only what depends on it.
@@ -64,8 +66,9 @@ def source_chunks(path: Path) -> list[tuple[str, str]]:
 
 def written_names(path: Path) -> set[str]:
     """The names a submission binds at its top level by a definition (``def``, ``class``, an
-    import, a plain assignment), read from its source without running any of it; a cell that
-    does not parse binds nothing. ValueError: not a notebook or source file at all."""
+    import, a plain assignment, or a ``try``/``if`` block of these), read from its source
+    without running any of it; a cell that does not parse binds nothing. ValueError: not a
+    notebook or source file at all."""
     names: set[str] = set()
     for _, code in source_chunks(Path(path)):
         try:
@@ -73,9 +76,47 @@ def written_names(path: Path) -> set[str]:
         except SyntaxError:
             continue
         for node in tree.body:
-            if isinstance(node, _KEEP) or _is_plain_assign(node):
+            if _kind(node) is not None:
                 names |= _defines(node)
     return names
+
+
+#: blocks whose branches are statements too: kept where every statement in them is kept
+_BLOCKS = (ast.Try, ast.If) + ((ast.TryStar,) if hasattr(ast, "TryStar") else ())
+
+
+def _branches(node: ast.stmt) -> list[list[ast.stmt]]:
+    """The statement lists inside a ``try`` or ``if`` block."""
+    out = [node.body, node.orelse]
+    if not isinstance(node, ast.If):
+        out += [h.body for h in node.handlers] + [node.finalbody]
+    return out
+
+
+def _kind(node: ast.stmt):
+    """What loading does with a top-level statement: ``"definition"`` (always run: an import,
+    a ``def``, a ``class``, or a block holding one), ``"assignment"`` (run where a definition
+    needs what it binds: a plain assignment, or a block of nothing but these), or None
+    (skipped: expressions, loops, ``with``, a block doing anything else). Inside a block,
+    ``pass`` and ``raise`` are allowed too."""
+    if isinstance(node, _KEEP):
+        return "definition"
+    if _is_plain_assign(node):
+        return "assignment"
+    if not isinstance(node, _BLOCKS):
+        return None
+    kinds = set()
+    for branch in _branches(node):
+        for inner in branch:
+            if isinstance(inner, (ast.Pass, ast.Raise)):
+                continue
+            k = _kind(inner)
+            if k is None:
+                return None
+            kinds.add(k)
+    if not kinds:
+        return None
+    return "definition" if "definition" in kinds else "assignment"
 
 
 def _is_plain_assign(node: ast.stmt) -> bool:
@@ -105,6 +146,13 @@ def _defines(node: ast.stmt) -> set[str]:
         return {(a.asname or a.name).split(".")[0] for a in node.names}
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
         return {node.name}
+    if isinstance(node, _BLOCKS):
+        names: set[str] = set()
+        for branch in _branches(node):
+            for inner in branch:
+                if _kind(inner) is not None:
+                    names |= _defines(inner)
+        return names
     return _targets(node)
 
 
@@ -118,9 +166,19 @@ def _kept_statements(chunks, notes, keep_names=frozenset()) -> list[tuple[str, a
                          "were not loaded")
             continue
         for node in tree.body:
-            if isinstance(node, _KEEP) or _is_plain_assign(node):
+            if _kind(node) is not None:
                 kept.append((label, node))
     return _needed(kept, keep_names)
+
+
+def _functions(node: ast.stmt) -> set[str]:
+    """The functions and classes a top-level statement defines (inside its blocks too)."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {node.name}
+    if isinstance(node, _BLOCKS):
+        return set().union(*(_functions(inner) for branch in _branches(node)
+                             for inner in branch))
+    return set()
 
 
 def _targets(node: ast.stmt) -> set[str]:
@@ -139,9 +197,9 @@ def _needed(kept: list[tuple[str, ast.stmt]],
     """
     deps = _Dependencies(kept)
     need = deps.closure(set(keep_names).union(*(deps.reads[id(node)] for _, node in kept
-                                                if not _is_plain_assign(node))))
+                                                if _kind(node) == "definition")))
     return [(label, node) for label, node in kept
-            if not _is_plain_assign(node) or _targets(node) & need]
+            if _kind(node) == "definition" or _defines(node) & need]
 
 
 class _Dependencies:
@@ -170,8 +228,7 @@ class _Relevance:
 
     def __init__(self, statements: list[tuple[str, ast.stmt]], keep_names=frozenset()):
         deps = _Dependencies(statements)
-        roots = set(keep_names) or {node.name for _, node in statements if isinstance(
-            node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+        roots = set(keep_names) or set().union(*(_functions(node) for _, node in statements))
         #: graded name -> the module-level names it needs
         self.needs = {r: deps.closure({r}) for r in sorted(roots)}
 
