@@ -15,6 +15,9 @@ def test_notebook_skips_demos_magics_and_bad_cells(tmp_path):
         new_code_cell("def g(:\n    pass"),
         new_code_cell("for i in range(10**12):\n    pass"),
         new_code_cell("def h():\n    return math.pi"),
+        new_code_cell("%%bash\necho 'not Python' && ls -l"),
+        new_code_cell("%%writefile notes.txt\ndef f(x):\n    return 'from a text file'"),
+        new_code_cell("%%time\ndef t():\n    return 7"),
     ])
     path = tmp_path / "sub.ipynb"
     nbformat.write(nb, path)
@@ -23,6 +26,9 @@ def test_notebook_skips_demos_magics_and_bad_cells(tmp_path):
     assert loaded.function("h")() > 3
     assert loaded.function("g") is None
     assert any("SyntaxError" in n and "cell 4" in n for n in loaded.notes)
+    # a cell that a cell magic makes shell or file text is not Python: no note, no effect
+    assert len(loaded.notes) == 1, loaded.notes
+    assert loaded.function("t")() == 7  # %%time runs its cell as Python
 
 
 def test_failing_assignment_is_a_note_not_a_crash(tmp_path):

@@ -30,6 +30,11 @@ from .clock import CLOCK
 from .errors import GradingTimeout, describe_error, time_limit
 
 _MAGIC = re.compile(r"^\s*[%!]")
+#: a cell magic that makes its cell something other than Python (``%%bash``, ``%%writefile``,
+#: ``%%html``, ...): the whole cell is skipped. The cell magics that run their cell as Python
+#: (timing, capturing output) leave it in.
+_CELL_MAGIC = re.compile(r"^\s*%%(\w+)")
+_PYTHON_CELL_MAGICS = {"time", "timeit", "capture", "prun", "debug", "python", "python3"}
 _KEEP = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
@@ -58,6 +63,10 @@ def source_chunks(path: Path) -> list[tuple[str, str]]:
                 continue
             src = cell.get("source", "")
             src = "".join(src) if isinstance(src, list) else str(src)
+            first = next((l for l in src.splitlines() if l.strip()), "")
+            magic = _CELL_MAGIC.match(first)
+            if magic and magic.group(1) not in _PYTHON_CELL_MAGICS:
+                continue
             lines = [("pass" if _MAGIC.match(l) else l) for l in src.splitlines()]
             chunks.append((f"cell {i + 1}", "\n".join(lines)))
         return chunks
