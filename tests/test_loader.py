@@ -99,3 +99,57 @@ def test_a_version_switch_block_is_what_a_graded_function_needs(tmp_path):
     loaded = load(p, keep_names={"f"})
     assert loaded.function("f") is not None
     assert any("shard_map" in n and "undefined for f" in n for n in loaded.notes), loaded.notes
+
+
+def test_a_damaged_notebook_is_refused_with_a_reason_and_a_damaged_cell_costs_itself(tmp_path):
+    """JSON that is not a notebook is a ValueError that says so (the judge reads the source to
+    choose the assignment: anything else would stop it); a cell that is not a cell is
+    skipped, and the cells around it load."""
+    from autograder.core.loader import written_names
+
+    for text in ("[1, 2]", '{"cells": 5}', '"text"'):
+        p = tmp_path / "bad.ipynb"
+        p.write_text(text)
+        for read in (load, written_names):
+            try:
+                read(p)
+            except ValueError as e:
+                assert "not a valid notebook" in str(e)
+            else:
+                raise AssertionError(f"{text}: expected ValueError from {read.__name__}")
+    p = tmp_path / "damaged.ipynb"
+    p.write_text('{"cells": ["x", {"cell_type": "code", "source": 5}, 7, '
+                 '{"cell_type": "code", "source": ["def f():\\n", "    return 3"]}]}')
+    assert load(p).function("f")() == 3
+    assert written_names(p) == {"f"}
+
+
+def test_source_too_deep_for_python_is_a_note_not_a_crash(tmp_path):
+    """Nesting that Python's own parser or compiler cannot take (the judge reads the source
+    before any sandbox runs it: an exception there would stop the grader on every retry)."""
+    from autograder.core.loader import written_names
+
+    p = tmp_path / "deep.ipynb"
+    p.write_text("[" * 100_000 + "]" * 100_000)
+    for read in (load, written_names):
+        try:
+            read(p)
+        except ValueError as e:
+            assert "not a valid notebook" in str(e)
+        else:
+            raise AssertionError("expected ValueError")
+    p = tmp_path / "deep.py"
+    p.write_text("X = " + "-" * 100_000 + "1\n\ndef f():\n    return 1\n")
+    assert written_names(p) == set()  # the file as a whole cannot be parsed
+    assert any("SyntaxError" in n and "too deeply" in n for n in load(p).notes)
+    # a cell Python cannot parse, and a statement it parses but cannot analyse further
+    nb = new_notebook(cells=[new_code_cell("Y = a" + ".b" * 5000),
+                             new_code_cell("Z = a" + ".b" * 900),
+                             new_code_cell("def f():\n    return 1")])
+    path = tmp_path / "chain.ipynb"
+    nbformat.write(nb, path)
+    assert written_names(path) == {"Z", "f"}
+    loaded = load(path)
+    assert loaded.function("f")() == 1
+    assert any("cell 1" in n and "too deeply" in n for n in loaded.notes), loaded.notes
+    assert any("cell 2 line 1" in n and "too deeply" in n for n in loaded.notes), loaded.notes

@@ -57,12 +57,19 @@ def source_chunks(path: Path) -> list[tuple[str, str]]:
             nb = json.loads(text)
         except json.JSONDecodeError as e:
             raise ValueError(f"{path.name} is not a valid notebook (JSON error: {e})") from None
+        except RecursionError:
+            raise ValueError(f"{path.name} is not a valid notebook (its JSON is nested too "
+                             "deeply)") from None
+        if not isinstance(nb, dict) or not isinstance(nb.get("cells", []), list):
+            raise ValueError(f"{path.name} is not a valid notebook (its JSON holds no list of "
+                             "cells)")
         chunks = []
         for i, cell in enumerate(nb.get("cells", [])):
-            if cell.get("cell_type") != "code":
-                continue
+            if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+                continue  # a damaged cell costs only itself
             src = cell.get("source", "")
-            src = "".join(src) if isinstance(src, list) else str(src)
+            src = ("".join(str(x) for x in src) if isinstance(src, list)
+                   else src if isinstance(src, str) else "")
             first = next((l for l in src.splitlines() if l.strip()), "")
             magic = _CELL_MAGIC.match(first)
             if magic and magic.group(1) not in _PYTHON_CELL_MAGICS:
@@ -81,7 +88,7 @@ def written_names(path: Path) -> set[str]:
     names: set[str] = set()
     for _, code in source_chunks(Path(path)):
         try:
-            tree = ast.parse(code)
+            tree = _parse(code)
         except SyntaxError:
             continue
         for node in tree.body:
@@ -136,6 +143,15 @@ def _is_plain_assign(node: ast.stmt) -> bool:
     return False
 
 
+def _parse(code: str) -> ast.Module:
+    """``ast.parse``; source nested too deeply for Python's parser (``x = ------...1``, a chain
+    of ten thousand ``+1``) is a SyntaxError too, like any other source it cannot read."""
+    try:
+        return ast.parse(code)
+    except (RecursionError, MemoryError):
+        raise SyntaxError("nested too deeply for Python to read it") from None
+
+
 def _global_reads(node: ast.stmt) -> set[str]:
     """The module-level names a top-level statement reads: when it runs (an assignment's value,
     decorators, defaults, base classes) or when the functions it defines run. A function's own
@@ -169,14 +185,21 @@ def _kept_statements(chunks, notes, keep_names=frozenset()) -> list[tuple[str, a
     kept = []
     for label, code in chunks:
         try:
-            tree = ast.parse(code)
+            tree = _parse(code)
         except SyntaxError as e:
-            notes.append(f"{label}: SyntaxError at line {e.lineno}: {e.msg}; its definitions "
-                         "were not loaded")
+            at = f" at line {e.lineno}" if e.lineno else ""
+            notes.append(f"{label}: SyntaxError{at}: {e.msg}; its definitions were not loaded")
             continue
         for node in tree.body:
-            if _kind(node) is not None:
-                kept.append((label, node))
+            if _kind(node) is None:
+                continue
+            try:
+                _global_reads(node)
+            except (RecursionError, MemoryError, SyntaxError, ValueError):
+                notes.append(f"{label} line {node.lineno}: nested too deeply to be read, so it "
+                             "was not loaded")
+                continue
+            kept.append((label, node))
     return _needed(kept, keep_names)
 
 
