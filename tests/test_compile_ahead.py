@@ -159,7 +159,8 @@ def test_the_cases_are_planned_while_the_worker_loads(monkeypatch):
             pass
 
     a = argparse.Namespace(submission="ps1_sharding.py", assignment="ps1_sharding", only=None,
-                           cache_dir=None, seed=3, quick=True, no_speed=True, export_timeout=5)
+                           cache_dir=None, seed=3, quick=True, no_speed=True, export_timeout=5,
+                           serial="")
     sent: list = []
     process.run(a, sent.append, Worker())
     n = len(registry.problems("ps1_sharding"))

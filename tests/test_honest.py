@@ -354,6 +354,106 @@ def test_grade_all_marks_a_regrade_exits_nonzero_and_grades_it_next_time(faulty_
     assert "needs_regrade" not in rep and rep["score"] == 10.0
 
 
+#: put on the judge's PYTHONPATH: the judge dies (a crash in native code) while grading one
+#: function. With a compile pool it dies in the grader's own work while a pool job works on the
+#: submission's program (whose fault: no telling); with none (the function graded alone) it
+#: dies in the grader's own work ("grader") or in the submission's ("student").
+CRASHING_JUDGE = """
+import os
+
+if os.environ.get("AUTOGRADER_TEST_CRASH"):
+    from autograder.judge import grading
+
+    _grade = grading._grade
+
+    def _grade_and_crash(programs, res, **kwargs):
+        name, owner = os.environ["AUTOGRADER_TEST_CRASH"].split(":")
+        if programs.plan.problem.name == name:
+            if programs._pool is not None:
+                with grading._pool_job(), grading.grader_work("injected"):
+                    os.abort()
+            if owner == "grader":
+                with grading.grader_work("injected"):
+                    os.abort()
+            os.abort()
+        return _grade(programs, res, **kwargs)
+
+    grading._grade = _grade_and_crash
+"""
+
+
+@pytest.fixture
+def crashing_judge(tmp_path, monkeypatch):
+    site = tmp_path / "crashing-site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(CRASHING_JUDGE)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        [str(site)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+
+    def grade(owner):
+        from autograder.supervisor.options import Options
+        from autograder.supervisor.supervise import grade_submission
+
+        monkeypatch.setenv("AUTOGRADER_TEST_CRASH", f"shard_average_shard_map:{owner}")
+        sub = tmp_path / "ps1_sharding.py"
+        sub.write_text((ROOT / "solutions" / "ps1_sharding.py").read_text())
+        return grade_submission(sub, Options(assignment="ps1_sharding", quick=True,
+                                             with_speed=False))
+
+    return grade
+
+
+def test_a_crash_while_grader_and_submission_work_together_is_graded_again_alone(
+        crashing_judge):
+    """A crash while the grader's own work and a compile of the submission's program ran
+    together has no single owner: the function is graded again with nothing overlapping,
+    where the crash is the owner's of its moment. Here that is the student's program: a
+    zero with the reason, not a regrade a crafted program could ask for every time."""
+    res = crashing_judge("student")
+    f = res.functions["shard_average_shard_map"]
+    assert not f.regrade and f.score == 0
+    assert "while grading this function" in f.checks[0].message
+    assert res.functions["roll_diff"].score == 4.0  # the rest is graded as usual
+
+
+def test_a_crash_in_the_grader_s_own_work_alone_is_still_a_regrade(crashing_judge):
+    res = crashing_judge("grader")
+    assert res.regrade == ["shard_average_shard_map"]
+    assert "the grader's own work on this function failed" in \
+        res.functions["shard_average_shard_map"].regrade
+    assert res.functions["roll_diff"].score == 4.0
+
+
+def test_the_owner_is_both_while_a_pool_job_runs_beside_the_grader_s_work(monkeypatch):
+    """The judge says "both" exactly while the main thread does the grader's work and a pool
+    thread reads or compiles the submission's programs; a pool job beside the student's own
+    work is the student's."""
+    import threading
+
+    told = []
+    monkeypatch.setattr(grading, "OWNER_HOOK", told.append)
+    grading.owner_reset()
+    started, release = threading.Event(), threading.Event()
+
+    def pool_job():
+        with grading._pool_job():
+            started.set()
+            release.wait(30)
+
+    with grading.grader_work("the checks"):
+        t = threading.Thread(target=pool_job)
+        t.start()
+        started.wait(30)
+        assert grading.owner_now() == "both"
+        release.set()
+        t.join(30)
+        assert grading.owner_now() == "grader"
+    assert grading.owner_now() == "student"
+    with grading._pool_job():
+        assert grading.owner_now() == "student"
+    assert told == ["grader", "both", "grader", "student"]
+
+
 # -- the same verdicts under load ------------------------------------------------------------
 
 

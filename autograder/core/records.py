@@ -196,6 +196,9 @@ class Job(Record):
     only: Optional[list] = None
     skip: list = field(default_factory=list)
     folder: bool = False
+    #: functions graded with nothing overlapping (no compile pool): a fault during their last
+    #: grading could not be told the student's or the grader's (an ``Owner`` of "both")
+    serial: list = field(default_factory=list)
 
     @classmethod
     def from_dict(cls, d: dict) -> "Job":
@@ -205,7 +208,7 @@ class Job(Record):
                    None if asg is None else _str(asg),
                    None if only is None else _strs(only, 100, 100),
                    [_int(v, "skip") for v in d.get("skip", [])][:1000],
-                   bool(d.get("folder", False)))
+                   bool(d.get("folder", False)), _strs(d.get("serial", []), 100, 100))
 
 
 @dataclass(frozen=True)
@@ -242,9 +245,12 @@ class Start(Record):
     function: str
 
 
-#: whose work the judge is doing: the submission's (compiling and running its programs, waiting
-#: for its worker) or the grader's own (the baseline, the model, the checks)
-OWNERS = ("student", "grader")
+#: whose work the judge is doing: the submission's (reading, compiling and running its
+#: programs, waiting for its worker), the grader's own (the baseline, the model, the checks), or
+#: both at once (the grader's own work while the compile pool reads or compiles the submission's
+#: programs beside it: a crash or a deadline then cannot be told apart, and the function is
+#: graded again with nothing overlapping, where it can)
+OWNERS = ("student", "grader", "both")
 
 
 @dataclass(frozen=True)

@@ -52,11 +52,58 @@ COMPILE_THREADS = max(1, min(4, os.cpu_count() or 1))
 CALL_TIMEOUT = float(os.environ.get("AUTOGRADER_CALL_TIMEOUT", "60"))
 
 
-#: told "student" or "grader" as the judge's work changes hands (the judge process passes it
-#: on to the supervisor, which blames a missed deadline or a crash on the owner of the moment)
+#: told "student", "grader" or "both" as the judge's work changes hands (the judge process
+#: passes it on to the supervisor, which blames a missed deadline or a crash on the owner of
+#: that moment; "both": the function is graded again with nothing overlapping)
 OWNER_HOOK: Optional[Callable[[str], None]] = None
-#: who owns the work under way, innermost last (empty: the student's)
+#: who owns the main thread's work under way, innermost last (empty: the student's)
 _owners: list[str] = []
+#: jobs of a compile pool running now: each reads or compiles the submission's programs, the
+#: student's work, whoever owns the main thread meanwhile
+_pool_jobs = 0
+#: the owner last told to :data:`OWNER_HOOK`
+_told = "student"
+_owner_lock = threading.RLock()
+
+
+def owner_now() -> str:
+    """Whose work the judge is doing: the main thread's owner, or "both" where the grader's
+    own work runs while a pool thread works on the submission's programs."""
+    main = _owners[-1] if _owners else "student"
+    return "both" if main == "grader" and _pool_jobs else main
+
+
+def _tell() -> None:
+    global _told
+    with _owner_lock:
+        now = owner_now()
+        if now != _told:
+            _told = now
+            if OWNER_HOOK is not None:
+                OWNER_HOOK(now)
+
+
+def owner_reset() -> None:
+    """A new function starts: its work is the student's until said otherwise (as the
+    supervisor assumes on every ``start`` record)."""
+    global _told
+    with _owner_lock:
+        _told = "student"
+
+
+@contextlib.contextmanager
+def _pool_job():
+    """A compile pool's job on the submission's programs, counted while it runs."""
+    global _pool_jobs
+    with _owner_lock:
+        _pool_jobs += 1
+        _tell()
+    try:
+        yield
+    finally:
+        with _owner_lock:
+            _pool_jobs -= 1
+            _tell()
 
 
 class GraderFault(Exception):
@@ -66,16 +113,15 @@ class GraderFault(Exception):
 
 @contextlib.contextmanager
 def _owned_by(owner: str):
-    before = _owners[-1] if _owners else "student"
-    _owners.append(owner)
-    if owner != before and OWNER_HOOK is not None:
-        OWNER_HOOK(owner)
+    with _owner_lock:
+        _owners.append(owner)
+        _tell()
     try:
         yield
     finally:
-        _owners.pop()
-        if owner != before and OWNER_HOOK is not None:
-            OWNER_HOOK(before)
+        with _owner_lock:
+            _owners.pop()
+            _tell()
 
 
 @contextlib.contextmanager
@@ -498,10 +544,15 @@ class Programs:
         return self._once((self.plan.request(layout, case).id, "pinned"), make)
 
     @contextlib.contextmanager
-    def compiling(self):
-        """A pool that compiles numerics programs in the background while this is open."""
+    def compiling(self, overlap: bool = True):
+        """A pool that compiles numerics programs in the background while this is open
+        (``overlap`` False: none; every program is then read and compiled on this thread when
+        it is needed, so a fault is the owner's of that moment alone)."""
         from concurrent.futures import ThreadPoolExecutor
 
+        if not overlap:
+            yield self
+            return
         pool = ThreadPoolExecutor(COMPILE_THREADS)
         self._pool = pool
         try:
@@ -554,8 +605,9 @@ class Programs:
             if self._cancelled:
                 return
             try:
-                mesh = _mesh_for(problem, layout)
-                self.compiled(layout, case, mesh, _place(problem, case, mesh), fast=True)
+                with _pool_job():
+                    mesh = _mesh_for(problem, layout)
+                    self.compiled(layout, case, mesh, _place(problem, case, mesh), fast=True)
             except Exception:  # noqa: BLE001 - run_case reports it
                 pass
 
@@ -577,6 +629,10 @@ class Programs:
         are made when it runs)."""
         if self._cancelled:
             return
+        with _pool_job():
+            self._compile_big_now(size)
+
+    def _compile_big_now(self, size: str) -> None:
         req = self.plan.big_request(size)
         try:
             problem = self.plan.problem
@@ -734,7 +790,7 @@ def plan_for(problem: Problem, *, seed: int | None = None, quick: bool = False,
 def grade_function(problem: Problem, source, *, seed: int | None = None, quick: bool = False,
                    with_speed: bool = True, modeler: Optional[Callable] = None,
                    export_timeout: float = 120.0, plan: Optional[Plan] = None,
-                   store: Optional[VerdictStore] = None) -> FunctionResult:
+                   store: Optional[VerdictStore] = None, overlap: bool = True) -> FunctionResult:
     """Grade one function from the programs ``source`` exports.
 
     ``source`` is an :class:`~autograder.judge.artifacts.Exporter`: the sandboxed worker, or,
@@ -742,7 +798,8 @@ def grade_function(problem: Problem, source, *, seed: int | None = None, quick: 
     :func:`autograder.supervisor.local.grade_function`); None: the submission does not define
     the function. Every check runs on the exported program; nothing here calls the student's
     Python. ``store``: verdicts of identical programs graded before on the same inputs
-    (:mod:`autograder.judge.reuse`), reused and added to.
+    (:mod:`autograder.judge.reuse`), reused and added to. ``overlap`` False: no compile pool
+    (:meth:`Programs.compiling`), for a function whose last fault had no single owner.
     """
     res = FunctionResult(problem.name, float(problem.points), weights=dict(problem.weights))
     if source is None or not hasattr(source, "export"):
@@ -756,7 +813,7 @@ def grade_function(problem: Problem, source, *, seed: int | None = None, quick: 
     programs = Programs(plan)
     if with_speed and problem.baseline is not None:
         programs.speed_ahead = _speed_ahead(modeler)
-    with programs.compiling():
+    with programs.compiling(overlap):
         # Programs compile as they arrive, beside the worker exporting the others; where an
         # identical program's verdict may be reused, not before the lookup (a clone's programs
         # would be compiled for nothing, the judge's cores taken from its worker)

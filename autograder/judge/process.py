@@ -1,7 +1,7 @@
 """The trusted grader: submissions graded from the programs their workers export.
 
     python -m autograder.judge SUBMISSION [--assignment ID] [--only f,g] [--seed N]
-        [--quick] [--no-speed] [--no-isolation] [--skip 3,7] [--cache-dir DIR]
+        [--quick] [--no-speed] [--no-isolation] [--skip 3,7] [--serial f,g] [--cache-dir DIR]
     python -m autograder.judge --serve [--seed N] [--quick] ...   # warm: one Job after another
 
 With ``--serve`` it grades one :class:`~autograder.core.records.Job` after another from its stdin
@@ -153,13 +153,16 @@ def run(a, send, exporter) -> None:
             if p.name in exporter.defined:
                 exporter.submit(plan.all_requests())
         grading.OWNER_HOOK = lambda owner: send(Owner(owner))
+        serial = {n for n in (a.serial or "").split(",") if n}
         for i, (p, plan) in enumerate(zip(probs, plans, strict=True)):
+            grading.owner_reset()
             send(Start(p.name))
             try:
                 with phase(f"function {p.name}"):
                     r = grading.grade_function(p, exporter if defined[i] else None, plan=plan,
                                                export_timeout=a.export_timeout,
-                                               with_speed=not a.no_speed, store=store)
+                                               with_speed=not a.no_speed, store=store,
+                                               overlap=p.name not in serial)
             except Exception as e:  # noqa: BLE001 - the grader's own code failed: a regrade
                 send(Result(p.name, [], regrade=grading.fault_text(e)))
             else:
@@ -229,6 +232,7 @@ def serve(a, send, setup) -> int:
                                    "assignment": job.assignment,
                                    "only": ",".join(job.only) if job.only else None,
                                    "skip": ",".join(map(str, job.skip)),
+                                   "serial": ",".join(job.serial),
                                    "folder": job.folder})
         exporter = exporter_for(ja)
         if first:
@@ -265,6 +269,9 @@ def main(argv=None) -> int:
     ap.add_argument("--folder", action="store_true",
                     help="the submission's folder is the student's own: the worker sees it")
     ap.add_argument("--skip", default="")
+    ap.add_argument("--serial", default="",
+                    help="comma-separated functions graded with nothing overlapping (their last "
+                         "fault had no single owner)")
     ap.add_argument("--statement-timeout", type=float, default=20.0)
     ap.add_argument("--load-timeout", type=float, default=120.0)
     ap.add_argument("--export-timeout", type=float, default=120.0)

@@ -267,7 +267,7 @@ def _give_job(judge: _Judge, job: Job) -> bool:
 
 
 def _run_grader(sub: Path, work: Path, opts: Options, *, only: Optional[list[str]],
-                skip: list[int], deadline: Deadline) -> _Run:
+                skip: list[int], deadline: Deadline, serial: tuple = ()) -> _Run:
     """One job of a judge (warm or new), from its start until its ``done`` record, its end, or
     its stop. Every wait is bounded: by the per-function limit while it grades a function
     (effective time, :mod:`autograder.core.clock`), by the loading limit before, by
@@ -278,7 +278,8 @@ def _run_grader(sub: Path, work: Path, opts: Options, *, only: Optional[list[str
     run = _Run()
     job = Job(submission=str(sub), cwd=str(work), grader_log=str(work / "grader.log"),
               log=str(work / "student.log"), assignment=opts.assignment,
-              only=None if only is None else list(only), skip=list(skip), folder=opts.folder)
+              only=None if only is None else list(only), skip=list(skip), folder=opts.folder,
+              serial=list(serial))
     judge = JUDGES.take(opts, work / "grader.log")
     if not _give_job(judge, job):  # a warm judge that cannot take it: a fresh one
         _end(judge)
@@ -398,7 +399,11 @@ def _regrade(prob, why: str) -> FunctionResult:
 def _blame(run: _Run, prob, lim: Limits) -> FunctionResult:
     """The result of the function a judge was grading when it was stopped: the student's zero
     if it was compiling, running or waiting on the submission's code; a regrade if it was doing
-    the grader's own work."""
+    the grader's own work, or both at once (where grading it again with nothing overlapping
+    could not tell them apart: :func:`grade_submission` tries that first)."""
+    if run.owner == "both":
+        return _regrade(prob, f"the grader's own work on this function and the submission's "
+                        f"program ran together when {run.stopped}")
     if run.owner == "grader":
         return _regrade(prob, f"the grader's own work on this function failed: {run.stopped}")
     return _zero(prob, f"{run.stopped} while grading this function (a loop that never ends, a "
@@ -443,11 +448,15 @@ def grade_submission(submission: Path, opts: Optional[Options] = None, *,
         notes: list[str] = []
         results: dict[str, FunctionResult] = {}
         skip: list[int] = []
+        #: functions to grade with nothing overlapping: a fault in their last grading came
+        #: while the grader's own work and the submission's program ran together
+        serial: list[str] = []
         only: Optional[list[str]] = list(opts.only) if opts.only else None
         peak = 0.0
         unfinished = "the grading process stopped before reaching this function"
         for attempt in range(lim.max_restarts + 1):
-            run = _run_grader(sub, work, opts, only=only, skip=skip, deadline=deadline)
+            run = _run_grader(sub, work, opts, only=only, skip=skip, deadline=deadline,
+                              serial=tuple(serial))
             peak = max(peak, run.peak_rss_mb)
             for rec in run.records:
                 if isinstance(rec, Plan):
@@ -470,7 +479,10 @@ def grade_submission(submission: Path, opts: Optional[Options] = None, *,
             if run.stopped is not None:
                 if log is not None:
                     log(tail(work / "grader.log"))
-                if run.function is not None:
+                if run.function is not None and run.owner == "both" \
+                        and run.function not in serial:
+                    serial.append(run.function)  # graded again, alone: then it has one owner
+                elif run.function is not None:
                     results[run.function] = _blame(run, registry.get(run.function), lim)
             if plan is None:
                 if run.stopped is not None:
