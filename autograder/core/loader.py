@@ -2,12 +2,13 @@
 
 The submission's source is parsed, not run as a whole: imports, function and class definitions
 and the plain ``name = value`` assignments those definitions read are executed one statement at
-a time, each with a time limit, and so are ``try`` and ``if`` blocks made of nothing else (the
+a time, each with a time limit, and so are ``try`` and ``if`` blocks made of these (the
 ``try: from jax import shard_map`` / ``except ImportError: ...`` of code written for several JAX
-versions); top-level expressions, loops, ``with`` blocks, blocks that do anything else, demo
-assignments, shell and magic lines are skipped (a notebook's demos and prints have no business
-running at grading time). A statement that fails or
-hangs is skipped, so one bad cell costs only what depends on it.
+versions; a print or a warning in such a block runs with it); top-level expressions, loops,
+``with`` blocks, blocks doing anything else, demo assignments, cells that a cell magic makes
+shell or file text, shell and magic lines are skipped (a notebook's demos and prints have no
+business running at grading time). A statement that fails or hangs is skipped, so one bad cell
+costs only what depends on it.
 
 The notes a load leaves are for the student's feedback, so they are kept only where they can
 explain a grade: a statement that failed is noted when it defines a name a graded function
@@ -114,7 +115,8 @@ def _kind(node: ast.stmt):
     a ``def``, a ``class``, or a block holding one), ``"assignment"`` (run where a definition
     needs what it binds: a plain assignment, or a block of nothing but these), or None
     (skipped: expressions, loops, ``with``, a block doing anything else). Inside a block,
-    ``pass`` and ``raise`` are allowed too."""
+    ``pass``, ``raise`` and expressions (``print("old JAX")``, ``warnings.warn(...)``) are
+    allowed too, and run with it."""
     if isinstance(node, _KEEP):
         return "definition"
     if _is_plain_assign(node):
@@ -124,8 +126,8 @@ def _kind(node: ast.stmt):
     kinds = set()
     for branch in _branches(node):
         for inner in branch:
-            if isinstance(inner, (ast.Pass, ast.Raise)):
-                continue
+            if isinstance(inner, (ast.Pass, ast.Raise, ast.Expr)):
+                continue  # a print or a warning beside the definitions runs with them
             k = _kind(inner)
             if k is None:
                 return None
