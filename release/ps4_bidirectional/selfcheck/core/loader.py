@@ -2,10 +2,13 @@
 
 The submission's source is parsed, not run as a whole: imports, function and class definitions
 and the plain ``name = value`` assignments those definitions read are executed one statement at
-a time, each with a time limit; top-level expressions, loops, ``with``/``if`` blocks, demo
-assignments, shell and magic lines are skipped (a notebook's demos and prints have no business
-running at grading time). A statement that fails or
-hangs is skipped, so one bad cell costs only what depends on it.
+a time, each with a time limit, and so are ``try`` and ``if`` blocks made of these (the
+``try: from jax import shard_map`` / ``except ImportError: ...`` of code written for several JAX
+versions; a print or a warning in such a block runs with it); top-level expressions, loops,
+``with`` blocks, blocks doing anything else, demo assignments, cells that a cell magic makes
+shell or file text, shell and magic lines are skipped (a notebook's demos and prints have no
+business running at grading time). A statement that fails or hangs is skipped, so one bad cell
+costs only what depends on it.
 
 The notes a load leaves are for the student's feedback, so they are kept only where they can
 explain a grade: a statement that failed is noted when it defines a name a graded function
@@ -28,6 +31,11 @@ from .clock import CLOCK
 from .errors import GradingTimeout, describe_error, time_limit
 
 _MAGIC = re.compile(r"^\s*[%!]")
+#: a cell magic that makes its cell something other than Python (``%%bash``, ``%%writefile``,
+#: ``%%html``, ...): the whole cell is skipped. The cell magics that run their cell as Python
+#: (timing, capturing output) leave it in.
+_CELL_MAGIC = re.compile(r"^\s*%%(\w+)")
+_PYTHON_CELL_MAGICS = {"time", "timeit", "capture", "prun", "debug", "python", "python3"}
 _KEEP = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
@@ -50,12 +58,23 @@ def source_chunks(path: Path) -> list[tuple[str, str]]:
             nb = json.loads(text)
         except json.JSONDecodeError as e:
             raise ValueError(f"{path.name} is not a valid notebook (JSON error: {e})") from None
+        except RecursionError:
+            raise ValueError(f"{path.name} is not a valid notebook (its JSON is nested too "
+                             "deeply)") from None
+        if not isinstance(nb, dict) or not isinstance(nb.get("cells", []), list):
+            raise ValueError(f"{path.name} is not a valid notebook (its JSON holds no list of "
+                             "cells)")
         chunks = []
         for i, cell in enumerate(nb.get("cells", [])):
-            if cell.get("cell_type") != "code":
-                continue
+            if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+                continue  # a damaged cell costs only itself
             src = cell.get("source", "")
-            src = "".join(src) if isinstance(src, list) else str(src)
+            src = ("".join(str(x) for x in src) if isinstance(src, list)
+                   else src if isinstance(src, str) else "")
+            first = next((l for l in src.splitlines() if l.strip()), "")
+            magic = _CELL_MAGIC.match(first)
+            if magic and magic.group(1) not in _PYTHON_CELL_MAGICS:
+                continue
             lines = [("pass" if _MAGIC.match(l) else l) for l in src.splitlines()]
             chunks.append((f"cell {i + 1}", "\n".join(lines)))
         return chunks
@@ -64,18 +83,58 @@ def source_chunks(path: Path) -> list[tuple[str, str]]:
 
 def written_names(path: Path) -> set[str]:
     """The names a submission binds at its top level by a definition (``def``, ``class``, an
-    import, a plain assignment), read from its source without running any of it; a cell that
-    does not parse binds nothing. ValueError: not a notebook or source file at all."""
+    import, a plain assignment, or a ``try``/``if`` block of these), read from its source
+    without running any of it; a cell that does not parse binds nothing. ValueError: not a
+    notebook or source file at all."""
     names: set[str] = set()
     for _, code in source_chunks(Path(path)):
         try:
-            tree = ast.parse(code)
+            tree = _parse(code)
         except SyntaxError:
             continue
         for node in tree.body:
-            if isinstance(node, _KEEP) or _is_plain_assign(node):
+            if _kind(node) is not None:
                 names |= _defines(node)
     return names
+
+
+#: blocks whose branches are statements too: kept where every statement in them is kept
+_BLOCKS = (ast.Try, ast.If) + ((ast.TryStar,) if hasattr(ast, "TryStar") else ())
+
+
+def _branches(node: ast.stmt) -> list[list[ast.stmt]]:
+    """The statement lists inside a ``try`` or ``if`` block."""
+    out = [node.body, node.orelse]
+    if not isinstance(node, ast.If):
+        out += [h.body for h in node.handlers] + [node.finalbody]
+    return out
+
+
+def _kind(node: ast.stmt):
+    """What loading does with a top-level statement: ``"definition"`` (always run: an import,
+    a ``def``, a ``class``, or a block holding one), ``"assignment"`` (run where a definition
+    needs what it binds: a plain assignment, or a block of nothing but these), or None
+    (skipped: expressions, loops, ``with``, a block doing anything else). Inside a block,
+    ``pass``, ``raise`` and expressions (``print("old JAX")``, ``warnings.warn(...)``) are
+    allowed too, and run with it."""
+    if isinstance(node, _KEEP):
+        return "definition"
+    if _is_plain_assign(node):
+        return "assignment"
+    if not isinstance(node, _BLOCKS):
+        return None
+    kinds = set()
+    for branch in _branches(node):
+        for inner in branch:
+            if isinstance(inner, (ast.Pass, ast.Raise, ast.Expr)):
+                continue  # a print or a warning beside the definitions runs with them
+            k = _kind(inner)
+            if k is None:
+                return None
+            kinds.add(k)
+    if not kinds:
+        return None
+    return "definition" if "definition" in kinds else "assignment"
 
 
 def _is_plain_assign(node: ast.stmt) -> bool:
@@ -84,6 +143,15 @@ def _is_plain_assign(node: ast.stmt) -> bool:
     if isinstance(node, ast.AnnAssign):
         return isinstance(node.target, ast.Name) and node.value is not None
     return False
+
+
+def _parse(code: str) -> ast.Module:
+    """``ast.parse``; source nested too deeply for Python's parser (``x = ------...1``, a chain
+    of ten thousand ``+1``) is a SyntaxError too, like any other source it cannot read."""
+    try:
+        return ast.parse(code)
+    except (RecursionError, MemoryError):
+        raise SyntaxError("nested too deeply for Python to read it") from None
 
 
 def _global_reads(node: ast.stmt) -> set[str]:
@@ -105,6 +173,13 @@ def _defines(node: ast.stmt) -> set[str]:
         return {(a.asname or a.name).split(".")[0] for a in node.names}
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
         return {node.name}
+    if isinstance(node, _BLOCKS):
+        names: set[str] = set()
+        for branch in _branches(node):
+            for inner in branch:
+                if _kind(inner) is not None:
+                    names |= _defines(inner)
+        return names
     return _targets(node)
 
 
@@ -112,15 +187,32 @@ def _kept_statements(chunks, notes, keep_names=frozenset()) -> list[tuple[str, a
     kept = []
     for label, code in chunks:
         try:
-            tree = ast.parse(code)
+            tree = _parse(code)
         except SyntaxError as e:
-            notes.append(f"{label}: SyntaxError at line {e.lineno}: {e.msg}; its definitions "
-                         "were not loaded")
+            at = f" at line {e.lineno}" if e.lineno else ""
+            notes.append(f"{label}: SyntaxError{at}: {e.msg}; its definitions were not loaded")
             continue
         for node in tree.body:
-            if isinstance(node, _KEEP) or _is_plain_assign(node):
-                kept.append((label, node))
+            if _kind(node) is None:
+                continue
+            try:
+                _global_reads(node)
+            except (RecursionError, MemoryError, SyntaxError, ValueError):
+                notes.append(f"{label} line {node.lineno}: nested too deeply to be read, so it "
+                             "was not loaded")
+                continue
+            kept.append((label, node))
     return _needed(kept, keep_names)
+
+
+def _functions(node: ast.stmt) -> set[str]:
+    """The functions and classes a top-level statement defines (inside its blocks too)."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {node.name}
+    if isinstance(node, _BLOCKS):
+        return set().union(*(_functions(inner) for branch in _branches(node)
+                             for inner in branch))
+    return set()
 
 
 def _targets(node: ast.stmt) -> set[str]:
@@ -139,9 +231,9 @@ def _needed(kept: list[tuple[str, ast.stmt]],
     """
     deps = _Dependencies(kept)
     need = deps.closure(set(keep_names).union(*(deps.reads[id(node)] for _, node in kept
-                                                if not _is_plain_assign(node))))
+                                                if _kind(node) == "definition")))
     return [(label, node) for label, node in kept
-            if not _is_plain_assign(node) or _targets(node) & need]
+            if _kind(node) == "definition" or _defines(node) & need]
 
 
 class _Dependencies:
@@ -170,8 +262,7 @@ class _Relevance:
 
     def __init__(self, statements: list[tuple[str, ast.stmt]], keep_names=frozenset()):
         deps = _Dependencies(statements)
-        roots = set(keep_names) or {node.name for _, node in statements if isinstance(
-            node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+        roots = set(keep_names) or set().union(*(_functions(node) for _, node in statements))
         #: graded name -> the module-level names it needs
         self.needs = {r: deps.closure({r}) for r in sorted(roots)}
 
