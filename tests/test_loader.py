@@ -144,7 +144,7 @@ def test_source_too_deep_for_python_is_a_note_not_a_crash(tmp_path):
     assert written_names(p) == set()  # the file as a whole cannot be parsed
     assert any("SyntaxError" in n and "too deeply" in n for n in load(p).notes)
     # a cell Python cannot parse, and a statement it parses but cannot analyse further
-    nb = new_notebook(cells=[new_code_cell("Y = a" + ".b" * 5000),
+    nb = new_notebook(cells=[new_code_cell("Y = " + "-" * 100_000 + "1"),
                              new_code_cell("Z = a" + ".b" * 900),
                              new_code_cell("def f():\n    return 1")])
     path = tmp_path / "chain.ipynb"
