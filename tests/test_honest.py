@@ -293,13 +293,19 @@ if os.environ.get("AUTOGRADER_TEST_FAULT"):
 """
 
 
-@pytest.fixture
-def faulty_grader(tmp_path, monkeypatch):
-    site = tmp_path / "faulty-site"
+def _in_every_judge(code: str, tmp_path, monkeypatch) -> None:
+    """``code`` runs first in every Python process started from now on (a sitecustomize on
+    PYTHONPATH): in the judge, never in the sandbox, which clears its environment."""
+    site = tmp_path / "judge-site"
     site.mkdir()
-    (site / "sitecustomize.py").write_text(FAULTY_GRADER)
+    (site / "sitecustomize.py").write_text(code)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
         [str(site)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+
+
+@pytest.fixture
+def faulty_grader(tmp_path, monkeypatch):
+    _in_every_judge(FAULTY_GRADER, tmp_path, monkeypatch)
     monkeypatch.setenv("AUTOGRADER_TEST_FAULT", "shard_average_shard_map")
 
 
@@ -384,11 +390,7 @@ if os.environ.get("AUTOGRADER_TEST_CRASH"):
 
 @pytest.fixture
 def crashing_judge(tmp_path, monkeypatch):
-    site = tmp_path / "crashing-site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(CRASHING_JUDGE)
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
-        [str(site)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    _in_every_judge(CRASHING_JUDGE, tmp_path, monkeypatch)
 
     def grade(owner):
         from autograder.supervisor.options import Options

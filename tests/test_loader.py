@@ -2,6 +2,7 @@
 import math
 
 import nbformat
+import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
 from autograder.core.loader import load
@@ -102,6 +103,16 @@ def test_a_version_switch_block_is_what_a_graded_function_needs(tmp_path):
     assert any("shard_map" in n and "undefined for f" in n for n in loaded.notes), loaded.notes
 
 
+def _refused_as_no_notebook(path):
+    """Both readers of a hand-in (the loader, and the judge's look at its names) say that
+    ``path`` is no notebook, with a ValueError, and nothing else."""
+    from autograder.core.loader import written_names
+
+    for read in (load, written_names):
+        with pytest.raises(ValueError, match="not a valid notebook"):
+            read(path)
+
+
 def test_a_damaged_notebook_is_refused_with_a_reason_and_a_damaged_cell_costs_itself(tmp_path):
     """JSON that is not a notebook is a ValueError that says so (the judge reads the source to
     choose the assignment: anything else would stop it); a cell that is not a cell is
@@ -111,13 +122,7 @@ def test_a_damaged_notebook_is_refused_with_a_reason_and_a_damaged_cell_costs_it
     for text in ("[1, 2]", '{"cells": 5}', '"text"'):
         p = tmp_path / "bad.ipynb"
         p.write_text(text)
-        for read in (load, written_names):
-            try:
-                read(p)
-            except ValueError as e:
-                assert "not a valid notebook" in str(e)
-            else:
-                raise AssertionError(f"{text}: expected ValueError from {read.__name__}")
+        _refused_as_no_notebook(p)
     p = tmp_path / "damaged.ipynb"
     p.write_text('{"cells": ["x", {"cell_type": "code", "source": 5}, 7, '
                  '{"cell_type": "code", "source": ["def f():\\n", "    return 3"]}]}')
@@ -132,13 +137,7 @@ def test_source_too_deep_for_python_is_a_note_not_a_crash(tmp_path):
 
     p = tmp_path / "deep.ipynb"
     p.write_text("[" * 100_000 + "]" * 100_000)
-    for read in (load, written_names):
-        try:
-            read(p)
-        except ValueError as e:
-            assert "not a valid notebook" in str(e)
-        else:
-            raise AssertionError("expected ValueError")
+    _refused_as_no_notebook(p)
     p = tmp_path / "deep.py"
     p.write_text("X = " + "-" * 100_000 + "1\n\ndef f():\n    return 1\n")
     assert written_names(p) == set()  # the file as a whole cannot be parsed
