@@ -629,20 +629,17 @@ class Programs:
         are made when it runs)."""
         if self._cancelled:
             return
-        with _pool_job():
-            self._compile_big_now(size)
-
-    def _compile_big_now(self, size: str) -> None:
         req = self.plan.big_request(size)
         try:
-            problem = self.plan.problem
-            args = _shapes(problem, req, _mesh_for(problem, problem.speed_layout))
-            if size == "memory":
-                self._compiled_for(req, args, fast="memory")
-            elif self.speed_ahead == "model":
-                self._speed_program_for(req, args)
-            else:
-                self._compiled_for(req, args, fast=False)
+            with _pool_job():
+                problem = self.plan.problem
+                args = _shapes(problem, req, _mesh_for(problem, problem.speed_layout))
+                if size == "memory":
+                    self._compiled_for(req, args, fast="memory")
+                elif self.speed_ahead == "model":
+                    self._speed_program_for(req, args)
+                else:
+                    self._compiled_for(req, args, fast=False)
         except Exception:  # noqa: BLE001 - the memory or speed check reports it
             pass
 

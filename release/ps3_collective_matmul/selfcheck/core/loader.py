@@ -71,11 +71,11 @@ def source_chunks(path: Path) -> list[tuple[str, str]]:
             src = cell.get("source", "")
             src = ("".join(str(x) for x in src) if isinstance(src, list)
                    else src if isinstance(src, str) else "")
-            first = next((l for l in src.splitlines() if l.strip()), "")
-            magic = _CELL_MAGIC.match(first)
+            lines = src.splitlines()
+            magic = _CELL_MAGIC.match(next((l for l in lines if l.strip()), ""))
             if magic and magic.group(1) not in _PYTHON_CELL_MAGICS:
                 continue
-            lines = [("pass" if _MAGIC.match(l) else l) for l in src.splitlines()]
+            lines = [("pass" if _MAGIC.match(l) else l) for l in lines]
             chunks.append((f"cell {i + 1}", "\n".join(lines)))
         return chunks
     return [(path.name, text)]
@@ -183,8 +183,11 @@ def _defines(node: ast.stmt) -> set[str]:
     return _targets(node)
 
 
-def _kept_statements(chunks, notes, keep_names=frozenset()) -> list[tuple[str, ast.stmt]]:
-    kept = []
+def _kept_statements(chunks, notes, keep_names=frozenset()) -> tuple[list, dict]:
+    """``([(label, statement), ...], reads)``: the statements loading runs, in order, and, by
+    the ``id`` of each statement kept, the module-level names it reads (:func:`_global_reads`,
+    read once here; a statement too deep to read is noted and left out)."""
+    kept, reads = [], {}
     for label, code in chunks:
         try:
             tree = _parse(code)
@@ -196,13 +199,13 @@ def _kept_statements(chunks, notes, keep_names=frozenset()) -> list[tuple[str, a
             if _kind(node) is None:
                 continue
             try:
-                _global_reads(node)
+                reads[id(node)] = _global_reads(node)
             except (RecursionError, MemoryError, SyntaxError, ValueError):
                 notes.append(f"{label} line {node.lineno}: nested too deeply to be read, so it "
                              "was not loaded")
                 continue
             kept.append((label, node))
-    return _needed(kept, keep_names)
+    return _needed(kept, reads, keep_names), reads
 
 
 def _functions(node: ast.stmt) -> set[str]:
@@ -220,7 +223,7 @@ def _targets(node: ast.stmt) -> set[str]:
     return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
 
 
-def _needed(kept: list[tuple[str, ast.stmt]],
+def _needed(kept: list[tuple[str, ast.stmt]], reads: dict,
             keep_names=frozenset()) -> list[tuple[str, ast.stmt]]:
     """Imports and definitions, plus only the assignments some definition depends on.
 
@@ -229,7 +232,7 @@ def _needed(kept: list[tuple[str, ast.stmt]],
     function bound by assignment (``roll_diff = jax.jit(_roll)``; names in ``keep_names``) is
     kept like a definition.
     """
-    deps = _Dependencies(kept)
+    deps = _Dependencies(kept, reads)
     need = deps.closure(set(keep_names).union(*(deps.reads[id(node)] for _, node in kept
                                                 if _kind(node) == "definition")))
     return [(label, node) for label, node in kept
@@ -239,10 +242,11 @@ def _needed(kept: list[tuple[str, ast.stmt]],
 class _Dependencies:
     """Which module-level names each kept statement binds and reads."""
 
-    def __init__(self, statements: list[tuple[str, ast.stmt]]):
+    def __init__(self, statements: list[tuple[str, ast.stmt]], reads: dict):
         self.statements = [node for _, node in statements]
         self.defines = {id(n): _defines(n) for n in self.statements}
-        self.reads = {id(n): _global_reads(n) for n in self.statements}
+        #: what each reads (:func:`_global_reads`, read once by :func:`_kept_statements`)
+        self.reads = {id(n): reads[id(n)] for n in self.statements}
 
     def closure(self, names: set[str]) -> set[str]:
         """``names`` and every name the statements binding them read, transitively."""
@@ -260,8 +264,9 @@ class _Relevance:
     needs (itself, a helper it calls, a constant it reads, an import behind any of these).
     Without graded names (a self-check of any file) every function and class counts."""
 
-    def __init__(self, statements: list[tuple[str, ast.stmt]], keep_names=frozenset()):
-        deps = _Dependencies(statements)
+    def __init__(self, statements: list[tuple[str, ast.stmt]], reads: dict,
+                 keep_names=frozenset()):
+        deps = _Dependencies(statements, reads)
         roots = set(keep_names) or set().union(*(_functions(node) for _, node in statements))
         #: graded name -> the module-level names it needs
         self.needs = {r: deps.closure({r}) for r in sorted(roots)}
@@ -307,8 +312,8 @@ def load(path: str | Path, *, statement_timeout: float = 20.0, total_timeout: fl
     if builtins_dict is not None:
         ns["__builtins__"] = builtins_dict
     deadline = CLOCK.deadline(total_timeout)
-    statements = _kept_statements(chunks, notes, keep_names)
-    relevance = _Relevance(statements, keep_names)
+    statements, reads = _kept_statements(chunks, notes, keep_names)
+    relevance = _Relevance(statements, reads, keep_names)
     for index, (label, node) in enumerate(statements):
         where = f"{label} line {node.lineno}"
         if index in skip:
