@@ -104,6 +104,7 @@ def test_float_and_pred_scalars():
 @pytest.mark.parametrize("fixture, function, says", [
     ("float_counter_loop", "matmul_allgather", "all_gather"),
     ("decoy_loop", "matmul_allgather", "split the matmul into partial matmuls"),
+    ("composite_gather", "matmul_allgather", "found an all_gather"),
     ("psum_broadcast", "moe_all_to_all", "other than all_to_all deliver"),
     ("psum_broadcast", "moe_topk", "other than all_to_all deliver"),
 ])

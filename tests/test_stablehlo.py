@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import functools
 import re
+import warnings
 from collections import Counter
 from pathlib import Path
 
@@ -25,7 +26,7 @@ from jax.sharding import PartitionSpec as P
 from autograder.core.loader import load
 from autograder.core.meshes import make_mesh
 from autograder.core.program import Program, trace
-from autograder.core.stablehlo import program_from_exported, program_from_mlir
+from autograder.core.stablehlo import ProgramUnreadable, program_from_exported, program_from_mlir
 from autograder.course import registry
 from autograder.course.rules import moe as rules_moe
 
@@ -356,6 +357,123 @@ def test_multi_platform_export_skips_the_platform_index():
     prog = program_from_mlir(exp.mlir_module(), (2, 4), ("X", "Y"))
     assert prog.arg_info == (((8, 16), 4),)
     assert [(o.kind, o.axes) for o in prog.collectives()] == [("psum", ("Y",))]
+
+
+# -- communication the walk must not miss -------------------------------------------------------
+
+def _exported_for(local, platform: str, layout=(2, 4)):
+    """shard_map(local) exported for ``platform`` (lowering needs no such device here)."""
+    mesh = make_mesh(*layout)
+    f = jax.shard_map(local, mesh=mesh, in_specs=P("X", "Y"), out_specs=P("X", "Y"),
+                      check_vma=False)
+    arg = jax.ShapeDtypeStruct((8, 16), jnp.float32, sharding=NamedSharding(mesh, P("X", "Y")))
+    return jax.export.export(jax.jit(f), platforms=(platform,))(arg)
+
+
+def test_a_collective_inside_a_composite_is_read():
+    def local(a):
+        gather = jax.lax.composite(lambda x: jax.lax.all_gather(x, "Y", axis=1, tiled=True),
+                                   name="course.gather")
+        return gather(a)[:, :a.shape[1]] * 2.0
+
+    jp, sp = _both(local)
+    assert [(o.kind, o.axes, o.count) for o in sp.collectives()] == [("all_gather", ("Y",), 1)]
+    assert _cols(jp) == _cols(sp)
+
+
+def test_a_collective_in_a_loop_condition_is_read():
+    def local(a):
+        def test(c):
+            return jax.lax.all_gather(c[1], "Y").sum() > c[0]
+
+        return jax.lax.while_loop(test, lambda c: (c[0] + 1.0, c[1] * 0.5), (0.0, a))[1]
+
+    jp, sp = _both(local)
+    (op,) = sp.collectives()
+    assert (op.kind, op.axes, op.count) == ("all_gather", ("Y",), None)  # unknown unrun
+    assert _cols(jp) == _cols(sp)
+
+    def counted(a):  # five trips: the condition runs six times
+        return jax.lax.fori_loop(0, 5, lambda i, c: c * 2.0, a)
+
+    _, sp = _both(counted)
+    assert [o.count for o in sp.ops if o.prim == "compare"] == [6]
+
+
+def test_broadcasts_and_sends_are_collectives():
+    """``pbroadcast`` and ``psend``/``precv`` lower only for GPUs: exported for one here."""
+    perm = _ring(1)(4)
+    prog = program_from_exported(_exported_for(lambda a: jax.lax.pbroadcast(a, "Y", 0), "cuda"),
+                                 mesh_shape=(2, 4))
+    assert [(o.kind, o.axes, o.in_bytes) for o in prog.collectives()] == [
+        ("collective_broadcast", ("Y",), 4 * 4 * 4)]
+
+    def p2p(a):
+        with warnings.catch_warnings():  # deprecated since JAX 0.12, still there
+            warnings.simplefilter("ignore", DeprecationWarning)
+            send, recv = jax.lax.psend, jax.lax.precv
+        return recv(send(a, "Y", perm), a, "Y", perm)
+
+    prog = program_from_exported(_exported_for(p2p, "cuda"), mesh_shape=(2, 4))
+    assert [(o.kind, o.axes, o.shift(4)) for o in prog.collectives()] == [
+        ("send", ("Y",), {1}), ("recv", ("Y",), {1})]
+
+
+def _module(body: str, result: str = "tensor<8xf32>") -> str:
+    return (f"module @m {{ func.func public @main(%arg0: tensor<8xf32>) -> {result} {{ {body} }} "
+            "}")
+
+
+_GROUPS = ("replica_groups = dense<[[0, 1, 2, 3], [4, 5, 6, 7]]> : tensor<2x4xi64>, "
+           "channel_handle = #stablehlo.channel_handle<handle = 1, type = 0>, "
+           "use_global_device_ids")
+
+
+@pytest.mark.parametrize("body, result, says", [
+    # a collective in a reduction's body: no walk of calls, loops and branches reaches it
+    ('%c = stablehlo.constant dense<0.0> : tensor<f32> '
+     '%0 = stablehlo.reduce(%arg0 init: %c) across dimensions = [0] : '
+     '(tensor<8xf32>, tensor<f32>) -> tensor<f32> '
+     'reducer(%a: tensor<f32>, %b: tensor<f32>) { '
+     '%1 = "stablehlo.all_reduce"(%b) <{' + _GROUPS + '}> ({ '
+     '^bb0(%x: tensor<f32>, %y: tensor<f32>): %s = stablehlo.add %x, %y : tensor<f32> '
+     'stablehlo.return %s : tensor<f32> }) : (tensor<f32>) -> tensor<f32> '
+     '%2 = stablehlo.add %a, %1 : tensor<f32> stablehlo.return %2 : tensor<f32> } '
+     'return %0 : tensor<f32>', "tensor<f32>", "stablehlo.all_reduce inside stablehlo.reduce"),
+    # a hand-written kernel: its own code may copy data to other devices
+    ('%0 = stablehlo.custom_call @tpu_custom_call(%arg0) {backend_config = "k"} : '
+     '(tensor<8xf32>) -> tensor<8xf32> return %0 : tensor<8xf32>', "tensor<8xf32>",
+     "hand-written kernel"),
+])
+def test_communication_the_walk_cannot_place_is_unreadable(body, result, says):
+    with pytest.raises(ProgramUnreadable, match=says):
+        program_from_mlir(_module(body, result), (2, 4), ("X", "Y"))
+
+
+def test_ring_rules_refuse_any_other_collective():
+    """A broadcast moves a whole block to every device at once: not a ring step."""
+    exported = _exported_for(lambda a: jax.lax.pbroadcast(a, "Y", 0), "cuda")
+    prog = program_from_exported(exported, mesh_shape=(2, 4))
+    problem = registry.get("matmul_allgather")
+    (rule,) = problem.rules
+    res = rule(prog, make_mesh(2, 4), problem)
+    assert not res.passed and "found a collective_broadcast" in res.message, res.message
+
+
+def test_an_unreadable_program_fails_the_structure_check_with_its_reason():
+    from autograder.course.reading import read_paths
+
+    class Exported:  # what read_paths reads of a jax.export.Exported
+        in_avals = out_avals = ()
+
+        def mlir_module(self):
+            return _module('%0 = stablehlo.custom_call @tpu_custom_call(%arg0) '
+                           '{backend_config = "k"} : (tensor<8xf32>) -> tensor<8xf32> '
+                           'return %0 : tensor<8xf32>')
+
+    paths = read_paths(Exported(), make_mesh(2, 4), "", [], ())
+    assert not paths.programs
+    assert "hand-written kernel" in paths.error and "cannot be judged" in paths.error
 
 
 def test_not_a_program():
