@@ -366,6 +366,35 @@ ENTRY %main (x: f32[64,64]) -> f32[64,64] {
         flatten(text.replace("add(%p#0, %one)", "add(%p#5, %one)"))
 
 
+def test_an_op_without_a_cost_rule_is_a_model_error():
+    """A point-to-point send is a transfer: priced as local memory traffic it would be free."""
+    text = """HloModule m, num_partitions=8
+
+ENTRY %main (x: f32[64,64]) -> f32[64,64] {
+  %x = f32[64,64]{1,0} parameter(0)
+  %tok = token[] after-all()
+  %s = (f32[64,64]{1,0}, u32[], token[]) send(%x, %tok), channel_id=1
+  %sd = token[] send-done(%s), channel_id=1
+  %r = (f32[64,64]{1,0}, u32[], token[]) recv(%tok), channel_id=2
+  %rd = (f32[64,64]{1,0}, token[]) recv-done(%r), channel_id=2
+  %got = f32[64,64]{1,0} get-tuple-element(%rd), index=0
+  ROOT %y = f32[64,64]{1,0} add(%got, %x)
+}
+"""
+    with pytest.raises(tpumodel.ModelError, match="'send' .* has no cost rule"):
+        tpumodel.api.model_hlo(text, (2, 4), ("X", "Y"))
+    # lax.top_k's HLO op is priced, by its bytes
+    topk = """HloModule m, num_partitions=8
+
+ENTRY %main (x: f32[64,64]) -> f32[64,4] {
+  %x = f32[64,64]{1,0} parameter(0)
+  %t = (f32[64,4]{1,0}, s32[64,4]{1,0}) topk(%x), k=4, largest=true
+  ROOT %v = f32[64,4]{1,0} get-tuple-element(%t), index=0
+}
+"""
+    assert tpumodel.api.model_hlo(topk, (2, 4), ("X", "Y")).timeline.summary()["n_compute"] == 1
+
+
 def test_deterministic(mesh):
     a = _put(mesh, (256, 512), P("X", "Y"), jnp.bfloat16)
     w = _put(mesh, (512, 512), P(None, "Y"), jnp.bfloat16)
