@@ -28,7 +28,9 @@ COLLECTIVE_KINDS = {
     "ragged_all_to_all": "ragged_all_to_all",
     "reduce_scatter": "psum_scatter",
     "psum_scatter": "psum_scatter",
-    "pbroadcast": None,  # type-level only
+    "pbroadcast": "collective_broadcast",
+    "psend": "send",
+    "precv": "recv",
 }
 
 #: HLO op names of the compiled module that move data between devices.
@@ -125,7 +127,7 @@ def _literal_value(x):
         return None
 
 
-_PASS_THROUGH = ("convert_element_type", "pvary", "pbroadcast", "copy", "copy_p")
+_PASS_THROUGH = ("convert_element_type", "pvary", "pcast", "copy", "copy_p")
 _FLIP = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "ne": "ne"}
 
 
@@ -341,7 +343,8 @@ def flatten(jaxpr, *, count: int | None = 1, depth: int = 0, in_shard_map: bool 
         in_avals = [getattr(v, "aval", None) for v in eqn.invars]
         out_avals = [v.aval for v in eqn.outvars]
         if name not in ("scan", "while", "shard_map", "pjit", "jit", "cond", "closed_call",
-                        "custom_jvp_call", "custom_vjp_call", "remat", "checkpoint"):
+                        "custom_jvp_call", "custom_vjp_call", "remat", "checkpoint",
+                        "composite"):
             ops.append(Op(
                 prim=name, kind=kind, axes=_axes_of(params) if kind else (),
                 in_shapes=tuple(_shape(a) for a in in_avals if a is not None),
@@ -356,6 +359,7 @@ def flatten(jaxpr, *, count: int | None = 1, depth: int = 0, in_shard_map: bool 
             ))
             continue
         sub_count, sub_depth, sub_sm = count, depth, in_shard_map
+        test_count = None  # a while loop's condition: once more per entry than its body
         if name == "scan":
             n = int(params.get("length", 1))
             sub_count = None if count is None else count * n
@@ -363,15 +367,14 @@ def flatten(jaxpr, *, count: int | None = 1, depth: int = 0, in_shard_map: bool 
         elif name == "while":
             n = _while_trip_count(eqn)
             sub_count = None if (count is None or n is None) else count * n
+            test_count = None if (count is None or n is None) else count * (n + 1)
             sub_depth = depth + 1
         elif name == "shard_map":
             meta["shard_map"] = True
             meta["check_vma"].append(bool(params.get("check_vma", params.get("check_rep", True))))
             sub_sm = True
         for key, sub in _sub_jaxprs(params):
-            c = sub_count
-            if name == "while" and key == "cond_jaxpr":
-                continue
+            c = test_count if (name == "while" and key == "cond_jaxpr") else sub_count
             flatten(sub, count=c, depth=sub_depth, in_shard_map=sub_sm, ops=ops, meta=meta)
     return ops
 

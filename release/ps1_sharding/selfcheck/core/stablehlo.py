@@ -3,8 +3,13 @@
 The trusted grader never runs student code: it walks the deserialized artifact's StableHLO (with
 jaxlib's MLIR bindings) into the :class:`~autograder.core.program.Program` the jaxpr walker builds, so
 every structure rule works unchanged. The walk starts at ``@main`` and follows ``func.call``,
-``while`` bodies (times their trip count when it can be read), ``case``/``if`` branches and
+``stablehlo.composite`` decompositions (XLA inlines and runs them), ``while`` bodies and
+conditions (times their trip count when it can be read), ``case``/``if`` branches and
 shard_map bodies (``sdy.manual_computation``, or GSPMD's ``@SPMDFullToShardShape`` custom calls).
+Every op that moves data between devices (collectives, broadcasts, point-to-point sends) must be
+reached by that walk: one it does not reach (inside a reduction's body, say), or a hand-written
+kernel (a Pallas custom call, whose own code may copy data anywhere), makes the program
+:class:`ProgramUnreadable`, and the structure check fails saying so.
 Collectives name devices by logical mesh index (row-major over ``mesh_shape``), or (newer JAX)
 name the axes of a mesh the module declares (``#stablehlo.replica_group_mesh_axes``); either way
 they are turned into device groups and mapped back to mesh axes the same way. Unlike the jaxpr:
@@ -44,7 +49,16 @@ _COLLECTIVES = {"stablehlo.collective_permute": ("ppermute", "ppermute"),
                 "stablehlo.all_gather": ("all_gather", "all_gather"),
                 "stablehlo.all_reduce": ("psum", "psum"),
                 "stablehlo.reduce_scatter": ("reduce_scatter", "psum_scatter"),
-                "stablehlo.all_to_all": ("all_to_all", "all_to_all")}
+                "stablehlo.all_to_all": ("all_to_all", "all_to_all"),
+                "stablehlo.collective_broadcast": ("pbroadcast", "collective_broadcast")}
+#: point-to-point transfers (``jax.lax.psend``/``precv``, GPU only): read like a permute
+_POINT_TO_POINT = {"stablehlo.send": ("psend", "send"), "stablehlo.recv": ("precv", "recv")}
+#: custom calls that move data between devices, by target
+_COLLECTIVE_TARGETS = {"ragged_all_to_all"}
+#: custom calls that run a kernel written by hand (Pallas on TPU or GPU): its own program, which
+#: may copy data to other devices where no StableHLO op shows it
+_KERNEL_TARGETS = {"tpu_custom_call", "mosaic_gpu", "mosaic_gpu_v2", "__gpu$xla.gpu.triton",
+                   "triton_kernel_call"}
 _REDUCERS = {"stablehlo.maximum": "pmax", "stablehlo.or": "pmax",
              "stablehlo.minimum": "pmin", "stablehlo.and": "pmin"}
 _RENAME = {"stablehlo.dot_general": "dot_general", "stablehlo.dot": "dot_general"}
@@ -68,6 +82,14 @@ Tensor = tuple[tuple[int, ...], int, np.dtype]  # shape, bytes, dtype
 
 #: the discardable attribute that numbers a module's loops and conditionals while it is walked
 NUMBER = "autograder.n"
+#: the discardable attribute that marks each op moving data between devices that the walk read
+SEEN = "autograder.seen"
+
+
+class ProgramUnreadable(ValueError):
+    """The program holds something whose communication the reader cannot account for (a
+    hand-written kernel, a collective where no walk of the program reaches it): the structure
+    rules cannot judge it, and the check fails saying why, never passes on what it cannot see."""
 
 
 @dataclass(frozen=True)
@@ -147,6 +169,12 @@ def program_from_mlir(text: str, mesh_shape: tuple[int, ...] | None,
             raise ValueError("the StableHLO module has no func.func @main")
         block = main.regions[0].blocks[0]
         walker.walk(block, count=1, depth=0, manual=False)
+        unread = unread_transfers(module)
+        if unread:
+            raise ProgramUnreadable(
+                f"the program moves data between devices where the grader cannot follow it "
+                f"({unread[0]}); write the communication with jax.lax collectives in the body "
+                f"of your function, its loops and its branches")
         attrs = main.attributes["arg_attrs"] if "arg_attrs" in main.attributes else None
         args = [walker.tensor(a.type) for i, a in enumerate(block.arguments)
                 if attrs is None or "jax.global_constant" not in attrs[i]]  # platform index
@@ -158,6 +186,30 @@ def program_from_mlir(text: str, mesh_shape: tuple[int, ...] | None,
                    arg_info=tuple((s, dt.itemsize) for s, _, dt in args),
                    out_info=tuple((s, dt.itemsize) for s, _, dt in outs),
                    arg_dtypes=tuple(short_dtype_name(dt) for _, _, dt in args))
+
+
+def _moves_data(op) -> bool:
+    """Whether ``op`` sends data to other devices (a collective or a point-to-point transfer)."""
+    return op.name in _COLLECTIVES or op.name in _POINT_TO_POINT or (
+        op.name == "stablehlo.custom_call"
+        and _string(op, "call_target_name") in _COLLECTIVE_TARGETS)
+
+
+def unread_transfers(module) -> list[str]:
+    """The ops of ``module`` that move data between devices but that the walk did not read
+    (each read one is marked :data:`SEEN`), e.g. inside a reduction's or a sort's body, or in a
+    function nothing calls the way the walk follows: described by name and enclosing op."""
+    found: list[str] = []
+
+    def visit(op):
+        if _moves_data(op.operation) and SEEN not in op.operation.attributes:
+            parent = op.operation.parent
+            where = f" inside {parent.name}" if parent is not None else ""
+            found.append(f"{op.operation.name}{where}")
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit, ir.WalkOrder.PRE_ORDER)
+    return found
 
 
 def _producer(v):
@@ -218,6 +270,13 @@ def _callee(op) -> str:
     return ir.FlatSymbolRefAttr(op.attributes["callee"]).value
 
 
+def _called_computations(op) -> list:
+    """The functions a custom call names to run (empty for a plain library call)."""
+    if "called_computations" not in op.attributes:
+        return []
+    return list(ir.ArrayAttr(op.attributes["called_computations"]))
+
+
 def _string(op, name: str) -> str:
     return ir.StringAttr(op.attributes[name]).value if name in op.attributes else ""
 
@@ -266,23 +325,29 @@ class _Walker:
             op = op.operation
             name, inside = op.name, manual or gspmd_manual > 0
             target = _string(op, "call_target_name")
-            if name == "func.call":
-                callee = _callee(op)
+            if name in ("func.call", "stablehlo.composite"):
+                # a composite runs its decomposition (XLA inlines it): walked like a call
+                callee = (_callee(op) if name == "func.call" else
+                          ir.FlatSymbolRefAttr(op.attributes["decomposition"]).value)
                 if callee in self.calls or callee not in self.funcs:
-                    raise ValueError(f"cannot follow the call to @{callee}")
+                    raise ProgramUnreadable(f"cannot follow the call to @{callee}")
                 self.calls.append(callee)
                 self.walk(self.funcs[callee].regions[0].blocks[0], count, depth, inside)
                 self.calls.pop()
             elif name == "stablehlo.while":
+                # the condition runs once more per entry than the body
                 if self.counts is not None:  # measured: as often per entry as it ran
                     i = self.number(op)
                     trips, entries = self.counts.trips.get(i, 0), self.counts.entries.get(i, 0)
-                    sub = None if count is None else (
-                        int(round(count * trips / entries)) if entries else 0)
+                    sub, test = (None, None) if count is None else (
+                        (int(round(count * trips / entries)),
+                         int(round(count * (trips + entries) / entries))) if entries else (0, 0))
                 else:
                     n = self.trip_count(op)
-                    sub = None if count is None or n is None else count * n
-                self.walk(op.regions[1].blocks[0], sub, depth + 1, inside)  # cond not counted
+                    sub, test = (None, None) if count is None or n is None else (
+                        count * n, count * (n + 1))
+                self.walk(op.regions[0].blocks[0], test, depth + 1, inside)
+                self.walk(op.regions[1].blocks[0], sub, depth + 1, inside)
             elif name in ("stablehlo.case", "stablehlo.if"):
                 taken = None
                 if self.counts is not None:
@@ -302,6 +367,12 @@ class _Walker:
                 if step or "manual" in _string(op, "mhlo.sharding"):
                     self.uses_shard_map = True
                 gspmd_manual = max(0, gspmd_manual + step)
+            elif name == "stablehlo.custom_call" and (
+                    target in _KERNEL_TARGETS or _called_computations(op)):
+                raise ProgramUnreadable(
+                    f"a hand-written kernel (custom call {target!r}) runs code of its own, which "
+                    f"may send data to other devices where the grader cannot see it; write "
+                    f"this exercise with jax.numpy and jax.lax")
             elif name not in _SKIP:
                 self.record(op, count, depth, inside)
 
@@ -312,17 +383,20 @@ class _Walker:
         axes: tuple[str, ...] = ()
         if name == "stablehlo.custom_call":
             prim = _string(op, "call_target_name")
-            if prim == "ragged_all_to_all":
+            if prim in _COLLECTIVE_TARGETS:
                 kind = prim
                 axes = self.group_axes(ir.DictAttr(op.attributes["backend_config"])
                                        ["replica_groups"])
-        elif name == "stablehlo.collective_permute":
+        elif name in ("stablehlo.collective_permute", *_POINT_TO_POINT):
+            prim, kind = _POINT_TO_POINT.get(name, (prim, kind))
             axes, params["perm"] = self.permute_axes(op.attributes["source_target_pairs"])
         elif kind is not None:
             axes = self.group_axes(op.attributes["replica_groups"])
             if name == "stablehlo.all_reduce":
                 reducer = {o.operation.name for o in op.regions[0].blocks[0].operations}
                 kind = prim = next((k for r, k in _REDUCERS.items() if r in reducer), "psum")
+        if kind is not None:
+            op.attributes[SEEN] = ir.UnitAttr.get()
         ins = [t for t in (self.tensor(v.type) for v in op.operands) if t]
         outs = [t for t in (self.tensor(r.type) for r in op.results) if t]
         self.ops.append(Op(

@@ -18,7 +18,7 @@ from typing import Callable, Iterator, Optional
 
 from ..core.program import Program
 from ..core.results import CheckResult
-from ..core.stablehlo import has_control_flow, program_from_exported
+from ..core.stablehlo import ProgramUnreadable, has_control_flow, program_from_exported
 
 
 @dataclass
@@ -54,7 +54,9 @@ def read_paths(exported, mesh, compiled_text: str, dynamic, inputs: tuple,
     """Read ``exported`` (run on the placed ``dynamic`` arrays where it has loops or branches;
     ``inputs``: the case's arguments, for rules that weigh bytes against the input) on
     ``mesh`` (None for a one-device function). ``run(fn, args)`` runs a program (default
-    ``jax.jit(fn)(*args)``). Errors other than a program that cannot be counted propagate."""
+    ``jax.jit(fn)(*args)``). A program that cannot be counted, or whose communication cannot be
+    read (:class:`~autograder.core.stablehlo.ProgramUnreadable`), gives a :class:`Paths` with
+    the reason; other errors propagate."""
     from ..tpumodel.loops import LoopCountError, device_counts
 
     shape = None if mesh is None else tuple(int(s) for s in mesh.devices.shape)
@@ -66,16 +68,19 @@ def read_paths(exported, mesh, compiled_text: str, dynamic, inputs: tuple,
         prog.inputs = tuple(inputs)
         return prog
 
-    if not has_control_flow(exported.mlir_module()):
-        return Paths([((), read())])
     try:
-        per_device = device_counts(exported, dynamic, shape or (1,), names, run=run)
-    except LoopCountError as e:
-        return Paths(error=count_error_text(e))
-    paths: dict[tuple, tuple] = {}
-    for d, counts in enumerate(per_device):
-        paths.setdefault(counts.key(), (counts, []))[1].append(d)
-    return Paths([(tuple(devs), read(counts)) for counts, devs in paths.values()])
+        if not has_control_flow(exported.mlir_module()):
+            return Paths([((), read())])
+        try:
+            per_device = device_counts(exported, dynamic, shape or (1,), names, run=run)
+        except LoopCountError as e:
+            return Paths(error=count_error_text(e))
+        paths: dict[tuple, tuple] = {}
+        for d, counts in enumerate(per_device):
+            paths.setdefault(counts.key(), (counts, []))[1].append(d)
+        return Paths([(tuple(devs), read(counts)) for counts, devs in paths.values()])
+    except ProgramUnreadable as e:
+        return Paths(error=f"{e}, so its structure cannot be judged")
 
 
 def export_for_reading(fn, placed: list, static_argnums: tuple = ()):

@@ -34,7 +34,7 @@ import numpy as np
 from . import chips as chipmod
 from .hlo import COLLECTIVES, ModelError, Node, device_groups, source_target_pairs
 
-HEAVY = {"dot", "convolution"}
+HEAVY = {"dot", "convolution", "ragged-dot"}
 #: array ops with a plain memory-bound cost that fuse with their neighbours
 FUSIBLE = {
     "add", "subtract", "multiply", "divide", "maximum", "minimum", "power", "remainder",
@@ -60,10 +60,14 @@ VECTOR = {
 }
 #: array ops costed by their bytes but kept as kernels of their own
 STANDALONE = {"gather", "scatter", "sort", "reduce-window", "select-and-scatter", "cholesky",
-              "triangular-solve", "fft", "top-k", "batch-norm-training", "batch-norm-inference",
+              "triangular-solve", "fft", "topk", "batch-norm-training", "batch-norm-inference",
               "batch-norm-grad", "get-dimension-size", "set-dimension-size"}
 #: ops whose read of an operand is only as large as their output
 SLICING = {"slice", "dynamic-slice", "gather"}
+#: every op with a cost rule; any other op (a point-to-point send, an infeed, an op newer than
+#: this model) fails the model: priced as plain memory traffic it could hide a transfer or a
+#: computation, so the model refuses it rather than guess
+PRICED = HEAVY | FUSIBLE | VECTOR | STANDALONE | COLLECTIVES
 
 
 @dataclass
@@ -292,7 +296,7 @@ def fuse(nodes: list[Node], live_out: frozenset) -> list[list[int]]:
 def _dot_flops(n: Node) -> float:
     out = n.out[0]
     lhs = n.inputs[0].shape
-    if n.opcode == "dot":
+    if n.opcode in ("dot", "ragged-dot"):
         cd = n.attrs.get("lhs_contracting_dims", "{}").strip("{}")
         k = 1
         for d in (int(v) for v in cd.split(",") if v.strip()):
@@ -347,6 +351,10 @@ def build_tasks(nodes: list[Node], out_value, geo: Geometry, chip: chipmod.Chip,
     def leaves(v):
         return [l for x in v for l in leaves(x)] if isinstance(v, list) else [v]
 
+    unpriced = next((n for n in nodes if n.opcode not in PRICED), None)
+    if unpriced is not None:
+        raise ModelError(f"the operation {unpriced.opcode!r} ({_short_label(unpriced.label)}) "
+                         "has no cost rule")
     live_out = frozenset().union(*[l.deps for l in leaves(out_value)]) if out_value is not None \
         else frozenset()
     kernels = fuse(nodes, live_out)

@@ -117,6 +117,28 @@ def _replace(op, extra_operands: Sequence = (), extra_types: Sequence = ()):
     return new
 
 
+def _calls_for_composites(module) -> None:
+    """Turn every ``stablehlo.composite`` into a plain ``func.call`` of its decomposition (what
+    XLA runs), so that counts leave a loop inside one the way they leave any called function."""
+    found = []
+
+    def visit(op):
+        if op.operation.name == "stablehlo.composite":
+            found.append(op.operation)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    for op in found:
+        callee = ir.FlatSymbolRefAttr(op.attributes["decomposition"]).value
+        call = ir.Operation.create("func.call", results=[r.type for r in op.results],
+                                   operands=list(op.operands),
+                                   attributes={"callee": ir.FlatSymbolRefAttr.get(callee)},
+                                   loc=op.location, ip=ir.InsertionPoint(op))
+        for old, now in zip(op.results, call.results):
+            old.replace_all_uses_with(now)
+        op.erase()
+
+
 def _set_terminator(block, operands: list) -> None:
     """Replace ``block``'s terminator by one of the same kind returning ``operands``."""
     term = block.operations[len(block.operations) - 1]
@@ -294,6 +316,7 @@ def counting_module(text: str, branches: bool = False):
     its own MLIR context; ``tags`` describe the extra results."""
     ctx, module = _parse(text)
     with ctx, ir.Location.unknown():
+        _calls_for_composites(module)
         n = _mark_loops(module)
         n_cond = _mark_conditionals(module) if branches else 0
         esc = _Escaper(module)
@@ -318,6 +341,7 @@ def pinned_module(text: str, trips: Sequence[int]):
     after exactly ``trips[i]`` iterations."""
     ctx, module = _parse(text)
     with ctx, ir.Location.unknown():
+        _calls_for_composites(module)
         n = _mark_loops(module)
         if n != len(trips):
             raise LoopCountError(f"{len(trips)} trip counts for {n} loops")

@@ -5,7 +5,8 @@ XLA:CPU's optimised module, which may merge a chunked ring back into one collect
 ask for, on every mesh with more than one device along 'Y':
 
 * no monolithic all-gather / reduce-scatter / all-to-all, and no psum of a whole operand (the
-  all-reduce may psum output tiles, each at most half of the output);
+  all-reduce may psum output tiles, each at most half of the output); no other collective
+  (a broadcast, a point-to-point send) either;
 * the data moves round the 'Y' ring with ``ppermute`` to a neighbour (shift +1 or -1), nothing
   crosses 'X';
 * the partial matmuls are interleaved with the sends: at least as many ``dot_general``\\ s run as
@@ -165,6 +166,10 @@ def ring_rule(variant: str, *, bidirectional: bool = False):
                 return _fail(f"send the data in chunks with ppermute round the 'Y' ring, so "
                              f"the matmuls run while it travels; found {_MONOLITHIC[o.kind]}: "
                              f"{_describe(o, ny)}.")
+            if o.kind not in ("ppermute", "psum"):  # any other way of moving data
+                return _fail(f"move the data with ppermute round the 'Y' ring (and, for the "
+                             f"all-reduce, psums of output tiles), the collectives these "
+                             f"exercises are about; found a {o.kind}: {_describe(o, ny)}.")
 
         out_info = prog.out_info[0] if prog.out_info else None
         arg_info = prog.arg_info[0] if prog.arg_info else None
