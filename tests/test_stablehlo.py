@@ -476,6 +476,36 @@ def test_an_unreadable_program_fails_the_structure_check_with_its_reason():
     assert "hand-written kernel" in paths.error and "cannot be judged" in paths.error
 
 
+def test_a_shard_map_manual_over_some_axes_says_which_it_leaves_to_the_compiler():
+    """Inside ``shard_map(..., axis_names={'Y'})`` an array spans the whole of 'X': its bytes
+    as read are not one device's, and a byte rule that fails says why."""
+    mesh = make_mesh(2, 4)
+    ring = _ring(1)(4)
+
+    def partial_manual(a, w, mesh):
+        def local(a, w):  # one send, and a matmul per chunk
+            b = jax.lax.ppermute(a, "Y", ring)
+            return sum(b @ w[:a.shape[1]] * k for k in range(4))
+
+        return jax.shard_map(local, mesh=mesh, in_specs=(P(None, "Y"), P(None, "Y")),
+                             out_specs=P(None, "Y"), axis_names={"Y"}, check_vma=False)(a, w)
+
+    def spec(shape, s):
+        return jax.ShapeDtypeStruct(shape, jnp.float32, sharding=NamedSharding(mesh, s))
+
+    args = (spec((8, 16), P("X", "Y")), spec((16, 8), P(None, "Y")))
+    prog = program_from_exported(_export(functools.partial(partial_manual, mesh=mesh), args),
+                                 mesh_shape=(2, 4))
+    assert prog.auto_axes == ("X",)
+    (op,) = prog.collectives()
+    assert op.in_shapes == ((8, 4),)  # all of 'X'
+    problem = registry.get("matmul_allgather")
+    res = problem.rules[0](prog, mesh, problem)
+    assert not res.passed and "leaves 'X' to the compiler" in res.message, res.message
+    _, full = _both(lambda a: jax.lax.ppermute(a, "Y", ring))
+    assert full.auto_axes == ()
+
+
 def test_not_a_program():
     with pytest.raises(ValueError, match="@main"):
         program_from_mlir("module {}", (2, 4), ("X", "Y"))
