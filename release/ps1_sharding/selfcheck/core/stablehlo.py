@@ -183,6 +183,7 @@ def program_from_mlir(text: str, mesh_shape: tuple[int, ...] | None,
     args, outs = [a for a in args if a], [o for o in outs if o]  # no tokens
     return Program(ops=walker.ops, jaxpr_text=text, compiled_text=compiled_text,
                    uses_shard_map=walker.uses_shard_map,
+                   auto_axes=tuple(a for a in axis_names if a in walker.auto_axes),
                    arg_info=tuple((s, dt.itemsize) for s, _, dt in args),
                    out_info=tuple((s, dt.itemsize) for s, _, dt in outs),
                    arg_dtypes=tuple(short_dtype_name(dt) for _, _, dt in args))
@@ -295,6 +296,8 @@ class _Walker:
                 self.etypes.setdefault(str(make()), dt)
         self.ops: list[Op] = []
         self.uses_shard_map = False
+        self.auto_axes: set[str] = set()
+        self.manual_axes: set[str] = set()  # of the shard_maps the walk is inside
         #: the module's meshes (``sdy.mesh @name``): name -> device ids shaped like the mesh,
         #: and its axis names
         self.meshes: dict[str, tuple[np.ndarray, tuple[str, ...]]] = {}
@@ -361,7 +364,15 @@ class _Walker:
                     self.walk(region.blocks[0], sub, depth, inside)
             elif name == "sdy.manual_computation":
                 self.uses_shard_map = True
+                outer = self.manual_axes
+                if "manual_axes" in op.attributes:  # nested ones add to the enclosing axes
+                    self.manual_axes = outer | set(
+                        re.findall(r'"([^"]+)"', str(op.attributes["manual_axes"])))
+                if self.ids is not None:
+                    self.auto_axes.update(a for a, n in zip(self.axis_names, self.ids.shape)
+                                          if n > 1 and a not in self.manual_axes)
                 self.walk(op.regions[0].blocks[0], count, depth, True)
+                self.manual_axes = outer
             elif name == "stablehlo.custom_call" and target in _GSPMD:
                 step = _GSPMD[target]
                 if step or "manual" in _string(op, "mhlo.sharding"):

@@ -275,6 +275,9 @@ class Program:
     #: the case's arguments (global NumPy arrays and static values) the program was read on,
     #: for rules that weigh what it moved against what the input required (None: not given)
     inputs: tuple | None = None
+    #: mesh axes (of size > 1) a shard_map leaves to the compiler (``axis_names`` naming only
+    #: some axes): inside it, an array spans their whole extent, and so do its bytes as read
+    auto_axes: tuple[str, ...] = ()
 
     # -- queries used by the structure rules -------------------------------------------------
     def collectives(self, kind: str | None = None, axis: str | None = None) -> list[Op]:

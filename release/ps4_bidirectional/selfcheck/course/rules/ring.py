@@ -98,7 +98,12 @@ def _describe(op: Op, y: int) -> str:
     return f"{op.kind} over {','.join(op.axes) or '?'} of {shapes} {runs}{extra}"
 
 
-def _fail(msg: str) -> CheckResult:
+def _fail(msg: str, prog: Program | None = None) -> CheckResult:
+    if prog is not None and prog.auto_axes:
+        auto = ", ".join(f"'{a}'" for a in prog.auto_axes)
+        msg += (f" (Your shard_map leaves {auto} to the compiler: inside it each array spans "
+                f"the whole of {auto}, and so do the bytes read here. Make it manual over every "
+                f"axis, the specs naming both 'X' and 'Y'.)")
     return failed("structure", msg + " " + HOW_TO_LOOK)
 
 
@@ -244,12 +249,12 @@ def ring_rule(variant: str, *, bidirectional: bool = False):
                 big = max(_operand_bytes(o))
                 if big > (1 + BLOCK_SLACK) * per_op:
                     return _fail(f"send one block at a time ({need}); found a ppermute of "
-                                 f"{_mib(big)}: {_describe(o, ny)}.")
+                                 f"{_mib(big)}: {_describe(o, ny)}.", prog)
         if budget is not None:
             if total > budget + BLOCK_SLACK * unit:
                 return _fail(f"send {need}: {_mib(budget)} per device in all; "
                              f"found {_mib(total)} sent with ppermute "
-                             f"({'; '.join(_describe(o, ny) for o in perms[:4])}).")
+                             f"({'; '.join(_describe(o, ny) for o in perms[:4])}).", prog)
 
         # -- both directions -------------------------------------------------------------
         if bidirectional:
