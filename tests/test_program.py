@@ -44,6 +44,26 @@ def test_loops_are_multiplied_out_however_written():
         assert prog.collectives()[0].shift(4) == {1}
 
 
+def test_combined_and_async_collectives_are_seen_in_the_compiled_module():
+    """XLA's combiners merge collectives into one of tuple type (a type with spaces in it)."""
+    from autograder.core.program import compiled_collective_lines
+
+    text = """
+  %ar = (f32[2]{0}, f32[4]{0}) all-reduce(f32[2]{0} %a, f32[4]{0} %b), to_apply=%add
+  %ag = f32[8]{0} all-gather(f32[2]{0} %a), channel_id=2, dimensions={0}
+  %ags = (f32[2]{0}, f32[8]{0}) all-gather-start(f32[2]{0} %a), channel_id=3
+  %s = (f32[2]{0}, u32[], token[]) send(f32[2]{0} %a, token[] %t), channel_id=4
+  %f = f32[8]{0} fusion(f32[8]{0} %all-gather.3), kind=kLoop, calls=%fused
+  %c = f32[8]{0} copy(f32[8]{0} %x), metadata={op_name="jit(f)/all-gather(x)"}"""
+    assert [l.split(" =")[0] for l in compiled_collective_lines(text)] == [
+        "%ar", "%ag", "%ags", "%s"]
+    mesh = make_mesh(2, 4)
+    A = jax.device_put(jnp.ones((8, 16)), NamedSharding(mesh, P("X", "Y")))
+    prog = trace(lambda a: (a.sum(0), (a * a).sum(0), jnp.exp(a).sum(1)), (A,))
+    every = [l for l in prog.compiled_text.splitlines() if " all-reduce(" in l]
+    assert len(prog.compiled_collectives()) == len(every) >= 2
+
+
 def test_compiled_collectives_seen_after_gspmd():
     mesh = make_mesh(2, 4)
     A = jax.device_put(jnp.ones((8, 16)), NamedSharding(mesh, P("X", "Y")))
