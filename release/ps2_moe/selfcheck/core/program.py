@@ -42,7 +42,12 @@ HLO_COLLECTIVES = (
     "collective-permute",
     "collective-broadcast",
     "ragged-all-to-all",
+    "send",
+    "recv",
 )
+#: an instruction of one of them: after the ``=``, its type (a tuple type holds spaces: XLA's
+#: combiners merge collectives into one of tuple type), then the op, maybe its async start
+_COLLECTIVE_LINE = re.compile(r"=.*?\s(" + "|".join(HLO_COLLECTIVES) + r")(-start)?\(")
 
 
 @dataclass
@@ -330,8 +335,8 @@ class Program:
 
 
 def compiled_collective_lines(text: str) -> list[str]:
-    pat = re.compile(r"=\s*\S+\s+(" + "|".join(HLO_COLLECTIVES) + r")(-start)?\(")
-    return [l.strip() for l in text.splitlines() if pat.search(l)]
+    """The instructions of a compiled HLO module that move data between devices."""
+    return [l.strip() for l in text.splitlines() if _COLLECTIVE_LINE.search(l)]
 
 
 def flatten(jaxpr, *, count: int | None = 1, depth: int = 0, in_shard_map: bool = False,
