@@ -373,8 +373,8 @@ if os.environ.get("AUTOGRADER_TEST_CRASH"):
     _grade = grading._grade
 
     def _grade_and_crash(programs, res, **kwargs):
-        name, owner = os.environ["AUTOGRADER_TEST_CRASH"].split(":")
-        if programs.plan.problem.name == name:
+        names, owner = os.environ["AUTOGRADER_TEST_CRASH"].split(":")
+        if programs.plan.problem.name in names.split(","):
             if programs._pool is not None:
                 with grading._pool_job(), grading.grader_work("injected"):
                     os.abort()
@@ -392,15 +392,15 @@ if os.environ.get("AUTOGRADER_TEST_CRASH"):
 def crashing_judge(tmp_path, monkeypatch):
     _in_every_judge(CRASHING_JUDGE, tmp_path, monkeypatch)
 
-    def grade(owner):
-        from autograder.supervisor.options import Options
+    def grade(owner, names=("shard_average_shard_map",), **limits):
+        from autograder.supervisor.options import Limits, Options
         from autograder.supervisor.supervise import grade_submission
 
-        monkeypatch.setenv("AUTOGRADER_TEST_CRASH", f"shard_average_shard_map:{owner}")
+        monkeypatch.setenv("AUTOGRADER_TEST_CRASH", f"{','.join(names)}:{owner}")
         sub = tmp_path / "ps1_sharding.py"
         sub.write_text((ROOT / "solutions" / "ps1_sharding.py").read_text())
         return grade_submission(sub, Options(assignment="ps1_sharding", quick=True,
-                                             with_speed=False))
+                                             with_speed=False, limits=Limits(**limits)))
 
     return grade
 
@@ -416,6 +416,18 @@ def test_a_crash_while_grader_and_submission_work_together_is_graded_again_alone
     assert not f.regrade and f.score == 0
     assert "while grading this function" in f.checks[0].message
     assert res.functions["roll_diff"].score == 4.0  # the rest is graded as usual
+
+
+def test_every_function_is_reached_however_many_crash_the_judge(crashing_judge):
+    """Each function crashes the judge twice (beside a pool job, then alone): six restarts
+    on a budget of one. A restart that settled a function does not count against it, so
+    none is left "needs regrade" for the grader having given up."""
+    names = ("shard_average_jit", "shard_average_shard_map", "roll_diff")
+    res = crashing_judge("student", names, max_restarts=1)
+    assert not res.regrade, res.report()
+    for name in names:
+        f = res.functions[name]
+        assert f.score == 0 and "while grading this function" in f.checks[0].message, name
 
 
 def test_a_crash_in_the_grader_s_own_work_alone_is_still_a_regrade(crashing_judge):

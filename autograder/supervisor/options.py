@@ -34,7 +34,9 @@ class Limits:
     export_s: float = 120.0
     #: largest file a process may write (logs included)
     output_mb: int = 32
-    #: how many times a crashed/hung grader is restarted for one submission
+    #: how many times a crashed/hung grader is restarted for one submission without settling
+    #: another function (a restart after a stop that gave a function its result, or sent it
+    #: to be graded alone, does not count: every function is reached, however many crash)
     max_restarts: int = 12
     #: submissions one warm trusted grader takes before it is replaced (1: a fresh grader for
     #: every submission); see :class:`autograder.supervisor.supervise.JudgePool`

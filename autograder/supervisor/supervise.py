@@ -454,7 +454,9 @@ def grade_submission(submission: Path, opts: Optional[Options] = None, *,
         only: Optional[list[str]] = list(opts.only) if opts.only else None
         peak = 0.0
         unfinished = "the grading process stopped before reaching this function"
-        for attempt in range(lim.max_restarts + 1):
+        fruitless = 0  # restarts after which no function was settled
+        while True:
+            settled = (set(results), len(serial))
             run = _run_grader(sub, work, opts, only=only, skip=skip, deadline=deadline,
                               serial=tuple(serial))
             peak = max(peak, run.peak_rss_mb)
@@ -498,10 +500,14 @@ def grade_submission(submission: Path, opts: Optional[Options] = None, *,
                 unfinished = ("the grading ran out of its time budget for the whole submission "
                               "before reaching this function")
                 break
+            if settled == (set(results), len(serial)):
+                fruitless += 1
+                if fruitless > lim.max_restarts:
+                    unfinished = (f"the grading process was restarted {lim.max_restarts} times "
+                                  "without settling a function and gave up before reaching "
+                                  "this function")
+                    break
             only = left
-        else:
-            unfinished = (f"the grading process was restarted {lim.max_restarts} times and "
-                          "gave up before reaching this function")
         names = list(plan.functions) if plan else [p.name for p in expected]
         if opts.only:
             names = [n for n in names if n in opts.only]
