@@ -304,10 +304,15 @@ class _Escaper:
 # -- the two rewrites --------------------------------------------------------------------------
 
 def _parse(text: str):
+    """(context, module) of ``text``, its composites already plain calls (what both rewrites
+    start from)."""
     if _BINDINGS_ERROR is not None:
         raise LoopCountError(f"the MLIR bindings of jaxlib are not usable: {_BINDINGS_ERROR}")
     ctx = mlir.make_ir_context()
-    return ctx, ir.Module.parse(text, context=ctx)
+    module = ir.Module.parse(text, context=ctx)
+    with ctx:
+        _calls_for_composites(module)
+    return ctx, module
 
 
 def counting_module(text: str, branches: bool = False):
@@ -316,7 +321,6 @@ def counting_module(text: str, branches: bool = False):
     its own MLIR context; ``tags`` describe the extra results."""
     ctx, module = _parse(text)
     with ctx, ir.Location.unknown():
-        _calls_for_composites(module)
         n = _mark_loops(module)
         n_cond = _mark_conditionals(module) if branches else 0
         esc = _Escaper(module)
@@ -341,7 +345,6 @@ def pinned_module(text: str, trips: Sequence[int]):
     after exactly ``trips[i]`` iterations."""
     ctx, module = _parse(text)
     with ctx, ir.Location.unknown():
-        _calls_for_composites(module)
         n = _mark_loops(module)
         if n != len(trips):
             raise LoopCountError(f"{len(trips)} trip counts for {n} loops")

@@ -71,14 +71,13 @@ def read_paths(exported, mesh, compiled_text: str, dynamic, inputs: tuple,
     try:
         if not has_control_flow(exported.mlir_module()):
             return Paths([((), read())])
-        try:
-            per_device = device_counts(exported, dynamic, shape or (1,), names, run=run)
-        except LoopCountError as e:
-            return Paths(error=count_error_text(e))
+        per_device = device_counts(exported, dynamic, shape or (1,), names, run=run)
         paths: dict[tuple, tuple] = {}
         for d, counts in enumerate(per_device):
             paths.setdefault(counts.key(), (counts, []))[1].append(d)
         return Paths([(tuple(devs), read(counts)) for counts, devs in paths.values()])
+    except LoopCountError as e:
+        return Paths(error=count_error_text(e))
     except ProgramUnreadable as e:
         return Paths(error=f"{e}, so its structure cannot be judged")
 

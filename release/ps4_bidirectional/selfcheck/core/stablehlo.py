@@ -406,7 +406,7 @@ class _Walker:
             if name == "stablehlo.all_reduce":
                 reducer = {o.operation.name for o in op.regions[0].blocks[0].operations}
                 kind = prim = next((k for r, k in _REDUCERS.items() if r in reducer), "psum")
-        if kind is not None:
+        if _moves_data(op):  # what unread_transfers looks for
             op.attributes[SEEN] = ir.UnitAttr.get()
         ins = [t for t in (self.tensor(v.type) for v in op.operands) if t]
         outs = [t for t in (self.tensor(r.type) for r in op.results) if t]
