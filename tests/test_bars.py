@@ -58,7 +58,8 @@ def test_memory_bound_at_the_grading_shape():
 
 
 def test_the_bar_says_measured_checks_need_the_right_answer():
-    """Memory and speed run the function at their own shapes and check its answer there."""
+    """Memory and speed run the function at their own shapes and check its answer there, and
+    the program's structure."""
     from autograder.course import registry
     from autograder.course.bars import bar
 
@@ -67,3 +68,4 @@ def test_the_bar_says_measured_checks_need_the_right_answer():
         said = bar(p).markdown()
         assert ("need the right answer there too" in said
                 or "needs the right answer there too" in said) == bool(measured), p.name
+        assert ("keeps the structure rules" in said) == bool(measured), p.name

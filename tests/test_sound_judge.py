@@ -1,8 +1,9 @@
 """Programs crafted for the judge: the model prices what the hardware runs, never a guess.
 
 Each fixture in ``fixtures/attacks`` computes the right values with a blocking collective (or a
-whole-output psum) and adds one trick aimed at the TPU model; each must fail the speed check, and
-say why. The scalar semantics behind the first trick are tested on their own below."""
+whole-output psum) and adds one trick aimed at the TPU model (or, ``speed_shape_switch``, hands
+the rules one program and the speed check another); each must fail the speed check, and say why.
+The scalar semantics behind the first trick are tested on their own below."""
 import numpy as np
 import pytest
 from conftest import check_of, grade
@@ -17,6 +18,7 @@ from autograder.tpumodel import scalars
     ("too_many_ops", "matmul_allgather", "cannot price this program"),
     ("vector_matmul", "matmul_allgather", "ratio"),
     ("psum_slices", "matmul_allreduce", "ratio"),
+    ("speed_shape_switch", "matmul_allgather", "does not keep the structure rules"),
 ])
 def test_crafted_program_fails_speed(fixture, function, says):
     res = grade("attacks", fixture, function, with_speed=True)
@@ -113,6 +115,18 @@ def test_crafted_program_fails_structure(fixture, function, says):
     assert check_of(res, "numerics").passed, res.report()
     st = check_of(res, "structure")
     assert not st.passed and says in st.message, st.message
+
+
+def test_the_measured_program_keeps_the_rules_the_numerics_kept():
+    """``memory_shape_switch`` exchanges with all_to_all on every numerics input and, at the
+    memory case's public shape alone, by all_gathers of small chunks, within the bound: the
+    rules are read on the measured program too, so memory fails, naming the rule."""
+    res = grade("attacks", "memory_shape_switch", "moe_all_to_all", quick=True)
+    assert check_of(res, "structure").passed, res.report()
+    memory = check_of(res, "memory")
+    assert not memory.passed and "does not keep the structure rules" in memory.message, \
+        memory.message
+    assert "all_to_all" in memory.message, memory.message
 
 
 def _read(fn, args, specs, layout=(2, 4)):

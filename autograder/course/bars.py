@@ -44,7 +44,7 @@ class Bar:
         one = len(big) == 1
         return (f"The {' and '.join(big)} check{'' if one else 's'} run{'s' if one else ''} "
                 f"your function at the shapes below and need{'s' if one else ''} the right "
-                "answer there too.")
+                "answer there too, from a program that keeps the structure rules.")
 
     def markdown(self) -> str:
         head = (f"**What the grader checks for `{self.name}`**: {self.points:g} points; nothing "

@@ -141,6 +141,22 @@ def big_case_values(problem: Problem, check: str, where: str, value: np.ndarray,
                   "must compute the same thing whatever the size of its inputs")
 
 
+def big_case_structure(problem: Problem, check: str, where: str,
+                       attempt: Attempt) -> Optional[CheckResult]:
+    """A failed ``check`` when the program compiled for the memory or speed case (read into
+    ``attempt``) breaks the structure rules, else None. The big cases have public shapes, so a
+    function that notices them could hand in, for the measured program alone, one the rules
+    refuse (a blocking collective that the model prices below a slow ring, say): only a program
+    that keeps the rules is measured."""
+    res = structure(problem, [attempt])
+    if res.passed:
+        return None
+    return failed(check, f"{where}: the program for this case does not keep the structure "
+                  f"rules that the numerics cases' programs kept: {res.message.rstrip('.')}. "
+                  f"The {check} check measures only a program that does what the exercise "
+                  "asks; a function must do the same thing whatever the size of its inputs")
+
+
 def memory(problem: Problem, temp_bytes: Optional[int], bound: int, what: str,
            where: str) -> CheckResult:
     if temp_bytes is None:

@@ -524,6 +524,19 @@ class Programs:
 
         return self._once((req.id, "speed"), make)
 
+    def counted_run(self, layout, case: Case, args):
+        """The :class:`~autograder.tpumodel.loops.CountedRun` of a memory or speed case's
+        program on that case's own arrays: one instrumented run (the student's work) serves the
+        structure reading of the measured program and the model's pinned loops."""
+        def make():
+            from ..tpumodel.loops import count_run
+
+            art = self.artifact(layout, case)
+            return count_run(art.exported, _dynamic(self.plan.problem, args),
+                             run=_runner(SPEED_CPU_COMPILE))
+
+        return self._once((self.plan.request(layout, case).id, "counted"), make)
+
     def pinned_speed_program(self, layout, case: Case, mesh, args) -> tuple[str, tuple]:
         """``(partitioned text, trip counts)`` of the speed case's program with each loop's trip
         count fixed to what it runs on the speed case's own arrays (counted here, by running the
@@ -532,11 +545,11 @@ class Programs:
             import jax
 
             from ..tpumodel.api import compile_partitioned
-            from ..tpumodel.loops import pinned, trip_counts
+            from ..tpumodel.loops import pinned
 
             art = self.artifact(layout, case)
             dynamic = _dynamic(self.plan.problem, args)
-            trips = trip_counts(art.exported, dynamic, run=_runner(SPEED_CPU_COMPILE))
+            trips = self.counted_run(layout, case, args).trips()
             lowered = jax.jit(pinned(art.exported, trips).call).lower(*dynamic)
             # only its partitioned module is read (never run): the quickest compile
             return compile_partitioned(lowered, on_cpu(FAST_CPU_COMPILE))[1], trips
@@ -701,17 +714,18 @@ def run_case(programs: Programs, layout, case: Case, *, want_program: bool,
     return att
 
 
-def read_structure(att: checks.Attempt, exported, mesh, compiled_text: str, dynamic) -> None:
+def read_structure(att: checks.Attempt, exported, mesh, compiled_text: str, dynamic,
+                   count: Optional[Callable] = None) -> None:
     """Read the program's structure into ``att`` with the reader the self-check uses
     (:func:`autograder.course.reading.read_paths`): a program with loops or conditionals runs
-    once more, instrumented, on this case's arrays (the student's work), the reading is the
-    grader's."""
+    once more, instrumented, on this case's arrays (the student's work; ``count``: that run's
+    per-device counts, taken by the caller), the reading is the grader's."""
     from ..course.reading import read_paths
 
     try:
         with student_work():
             paths = read_paths(exported, mesh, compiled_text, dynamic, att.case.args,
-                               run=_runner(FAST_CPU_COMPILE))
+                               run=_runner(FAST_CPU_COMPILE), count=count)
     except (GraderFault, GradingTimeout, KeyboardInterrupt):
         raise
     except Exception as e:  # noqa: BLE001 - the reader and its instrumented copy are ours
@@ -855,17 +869,22 @@ def _grade(programs: Programs, res: FunctionResult, *, with_speed: bool, modeler
                        for n in problem.check_names[1:] if n != "sharding"]
         return
     with grader_work("the structure check"):
-        res.checks.append(checks.structure(problem, attempts))
+        structure = checks.structure(problem, attempts)
+    res.checks.append(structure)
+    # the memory and speed cases' programs are held to the rules the numerics programs kept
+    # (a program that broke them there has lost the structure share already, and is measured
+    # as it is)
+    kept = structure.passed and bool(problem.rules)
     if problem.memory_bound is not None:
         with phase("memory"):
-            res.checks.append(_memory_check(programs))
+            res.checks.append(_memory_check(programs, rules=kept))
     if problem.baseline is not None and with_speed:
         if modeler is None:
             modeler = _default_modeler()
-        res.checks.append(_speed_check(programs, modeler))
+        res.checks.append(_speed_check(programs, modeler, rules=kept))
 
 
-def _memory_check(programs: Programs) -> CheckResult:
+def _memory_check(programs: Programs, *, rules: bool) -> CheckResult:
     problem = programs.plan.problem
     big = _answered(programs.plan, "memory")
     layout, case = big.layout, big.case
@@ -879,6 +898,9 @@ def _memory_check(programs: Programs) -> CheckResult:
             temp = None if stats is None else int(stats.temp_size_in_bytes)
             with phase("memory: check the values"):
                 wrong = _big_case_values(problem, "memory", where, compiled, big, args)
+            if wrong is None and rules:
+                with phase("memory: structure"):
+                    wrong = _big_case_structure(programs, "memory", big, mesh, args, compiled)
     except BaseException as e:  # noqa: BLE001
         _never_the_students(e)
         return failed("memory", f"{where}: could not compile and run it: {_short_error(e)}")
@@ -912,7 +934,28 @@ def _big_case_values(problem: Problem, check: str, where: str, compiled, big: Bi
     return checks.big_case_values(problem, check, where, value, expected, copies)
 
 
-def _speed_check(programs: Programs, modeler) -> CheckResult:
+def _big_case_structure(programs: Programs, check: str, big: BigCase, mesh, args,
+                        compiled) -> Optional[CheckResult]:
+    """A failed ``check`` when the program compiled for the memory or speed case breaks the
+    structure rules (:func:`checks.big_case_structure`): read as the numerics programs are, its
+    loops and branches counted by one run on this case's arrays (the run the TPU model's
+    pinned loops reuse)."""
+    problem = programs.plan.problem
+    layout, case = big.layout, big.case
+    att = checks.Attempt(mesh=mesh, layout=layout, case=case)
+
+    def count(shape, names):
+        return programs.counted_run(layout, case, args).per_device(shape, names)
+
+    read_structure(att, programs.artifact(layout, case).exported,
+                   mesh if problem.uses_mesh else None, compiled.as_text(),
+                   _dynamic(problem, args), count=count)
+    with grader_work(f"the {check} check"):
+        return checks.big_case_structure(problem, check, checks.where(problem, layout, case),
+                                         att)
+
+
+def _speed_check(programs: Programs, modeler, *, rules: bool) -> CheckResult:
     problem = programs.plan.problem
     big = _answered(programs.plan, "speed")
     layout, case = big.layout, big.case
@@ -929,6 +972,9 @@ def _speed_check(programs: Programs, modeler) -> CheckResult:
             with phase("speed: check the values"):
                 wrong = _big_case_values(problem, "speed", checks.where(problem, layout, case),
                                          student, big, args)
+            if wrong is None and rules:
+                with phase("speed: structure"):
+                    wrong = _big_case_structure(programs, "speed", big, mesh, args, student)
             if wrong is not None:
                 return wrong
             if modeler is not None:
