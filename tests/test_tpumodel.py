@@ -296,6 +296,49 @@ def test_fori_loop_unrolled_like_python_loop(mesh):
     assert sum(t.kind == "comm" for t in m.timeline.tasks) == 3
 
 
+def test_one_slice_gathers_and_scatters_priced_as_xla_runs_them(mesh):
+    """``jnp.take(w, k)`` and ``x.at[k].set(y)`` with a scalar index are a gather and a scatter
+    of one slice, which XLA's expanders turn into a dynamic-slice and a dynamic-update-slice:
+    modeled like the program written with those. A gather of many rows stays a kernel of its
+    own, dearer."""
+    def block(w, k):
+        return w.reshape(4, w.shape[0] // 4, w.shape[1])[k]  # dynamic_slice
+
+    def taken(w, k):
+        return jnp.take(w.reshape(4, w.shape[0] // 4, w.shape[1]), k, axis=0)
+
+    def rows(w, k):  # many indices: a real gather
+        return jnp.take(w, (jnp.arange(w.shape[0] // 4) * 4 + k) % w.shape[0], axis=0)
+
+    def matmul(pick):
+        def body(a, w):
+            k = jax.lax.axis_index("Y")
+            out = a @ pick(w, k)
+            return out, jax.lax.dynamic_update_slice_in_dim(w, out[:, :1].T, 0, axis=0)
+        return body
+
+    def setting(w, out):
+        return out, w.at[0].set(out[:, 0])
+
+    a = _put(mesh, (1024, 2048), P("X", "Y"))
+    w = _put(mesh, (2048, 2048), P(None, "Y"))
+
+    def t(pick, write=None):
+        body = matmul(pick)
+        if write is not None:
+            inner = body
+
+            def body(a, w):
+                out, _ = inner(a, w)
+                return write(w, out)
+        fn = _sm(body, mesh, (P("X", "Y"), P(None, "Y")), (P("X", "Y"), P(None, "Y")))
+        return model_function(fn, (a, w), mesh).timeline.makespan
+
+    assert t(taken) == pytest.approx(t(block), rel=0.01)  # its bounds check: a select
+    assert t(block, setting) == pytest.approx(t(block), rel=0.01)
+    assert t(rows) > t(block) * 1.01
+
+
 def _hops(body, mesh, shape=(1024, 2048)):
     a = _put(mesh, shape, P("X", "Y"))
     m = model_function(_sm(body, mesh, P("X", "Y"), P("X", "Y")), (a,), mesh)
