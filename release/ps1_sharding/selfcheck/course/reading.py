@@ -50,13 +50,16 @@ def count_error_text(e: Exception) -> str:
 
 
 def read_paths(exported, mesh, compiled_text: str, dynamic, inputs: tuple,
-               run: Optional[Callable] = None) -> Paths:
+               run: Optional[Callable] = None,
+               count: Optional[Callable[[tuple, tuple], list]] = None) -> Paths:
     """Read ``exported`` (run on the placed ``dynamic`` arrays where it has loops or branches;
     ``inputs``: the case's arguments, for rules that weigh bytes against the input) on
     ``mesh`` (None for a one-device function). ``run(fn, args)`` runs a program (default
-    ``jax.jit(fn)(*args)``). A program that cannot be counted, or whose communication cannot be
-    read (:class:`~autograder.core.stablehlo.ProgramUnreadable`), gives a :class:`Paths` with
-    the reason; other errors propagate."""
+    ``jax.jit(fn)(*args)``); ``count(mesh shape, axis names)``, where given, is that run's
+    per-device counts taken by the caller (:meth:`~autograder.tpumodel.loops.CountedRun.per_device`)
+    instead. A program that cannot be counted, or whose communication cannot be read
+    (:class:`~autograder.core.stablehlo.ProgramUnreadable`), gives a :class:`Paths` with the
+    reason; other errors propagate."""
     from ..tpumodel.loops import LoopCountError, device_counts
 
     shape = None if mesh is None else tuple(int(s) for s in mesh.devices.shape)
@@ -71,7 +74,8 @@ def read_paths(exported, mesh, compiled_text: str, dynamic, inputs: tuple,
     try:
         if not has_control_flow(exported.mlir_module()):
             return Paths([((), read())])
-        per_device = device_counts(exported, dynamic, shape or (1,), names, run=run)
+        per_device = (device_counts(exported, dynamic, shape or (1,), names, run=run)
+                      if count is None else count(shape or (1,), names))
         paths: dict[tuple, tuple] = {}
         for d, counts in enumerate(per_device):
             paths.setdefault(counts.key(), (counts, []))[1].append(d)

@@ -21,7 +21,9 @@ input, and never from anything the submission says:
 The counting program also hands out, for every conditional (``stablehlo.case``/``if``), how many
 times each branch ran. :func:`device_counts` reads all of it per device
 (:class:`~autograder.core.stablehlo.RunCounts`): what the structure rules are told about how
-often each collective and matmul ran, instead of a symbolic reading of the program.
+often each collective and matmul ran, instead of a symbolic reading of the program. One run
+(:func:`count_run`) can serve both readings: the grader counts a memory or speed case's program
+once, for its structure and for the model.
 
 Only ``stablehlo`` and ``sdy`` structure that JAX emits is handled; anything else raises
 :class:`LoopCountError` (the speed and structure checks then fail and say why).
@@ -396,67 +398,87 @@ def _result_shapes(module) -> list[tuple[int, ...]]:
     raise LoopCountError("the program has no @main")
 
 
-def trip_counts(exported, args: Sequence, run: Callable | None = None) -> tuple[int, ...]:
-    """Per loop of ``exported`` (numbered as :func:`pinned` expects): its iterations per entry
-    on ``args``, the mean over entries rounded (0 for a loop never entered), on the busiest
-    device. ``run(fn, args)`` runs a program (default: ``jax.jit(fn)(*args)``)."""
+@dataclasses.dataclass
+class CountedRun:
+    """What one run of a counting program handed out: per :class:`Tag`, its values (one per
+    position along the tag's shard_map axes). :meth:`trips` and :meth:`per_device` are two
+    readings of the same run, so one run on a case's arrays serves both the model's pinned
+    loops and the structure rules."""
+
+    tags: list
+    values: list
+
+    def trips(self) -> tuple[int, ...]:
+        """Per loop (numbered as :func:`pinned` expects): its iterations per entry, the mean
+        over entries rounded (0 for a loop never entered), on the busiest device."""
+        loops = [(t, v) for t, v in zip(self.tags, self.values, strict=True)
+                 if t.kind in ("trips", "entries")]
+        if not loops:
+            return ()
+        n = 1 + max(t.loop for t, _ in loops)
+        trips, entries = np.zeros(n, np.int64), np.zeros(n, np.int64)
+        for tag, v in loops:
+            (trips if tag.kind == "trips" else entries)[tag.loop] += int(v.max()) if v.size else 0
+        return tuple(int((2 * t + e) // (2 * e)) if e else 0  # the mean, halves rounded up
+                     for t, e in zip(trips, entries, strict=True))
+
+    def per_device(self, mesh_shape: Sequence[int], axis_names: Sequence[str]) -> list[RunCounts]:
+        """Per device of the mesh (row-major ids): each loop's iterations and entries, each
+        conditional's branches (see :class:`~autograder.core.stablehlo.RunCounts`)."""
+        shape = tuple(int(s) for s in mesh_shape) or (1,)
+        n_dev = int(np.prod(shape, dtype=np.int64))
+        per = [RunCounts() for _ in range(n_dev)]
+        names = list(axis_names)
+        for tag, v in zip(self.tags, self.values, strict=True):
+            if tag.manual and any(a not in names for a in tag.manual):
+                raise LoopCountError(f"a shard_map over axes {tag.manual} of a mesh {names}")
+            sizes = [shape[names.index(a)] for a in tag.manual]
+            if v.size != int(np.prod(sizes, dtype=np.int64)):
+                raise LoopCountError(f"{v.size} counts for a shard_map over {tag.manual}")
+            for d in range(n_dev):
+                coords = np.unravel_index(d, shape)
+                at = (int(np.ravel_multi_index([coords[names.index(a)] for a in tag.manual],
+                                               sizes)) if tag.manual else 0)
+                c, x = per[d], int(v[at])
+                if tag.kind == "trips":
+                    c.trips[tag.loop] = c.trips.get(tag.loop, 0) + x
+                elif tag.kind == "entries":
+                    c.entries[tag.loop] = c.entries.get(tag.loop, 0) + x
+                else:
+                    got = list(c.branches.get(tag.loop, ()))
+                    got += [0] * (tag.branch + 1 - len(got))
+                    got[tag.branch] += x
+                    c.branches[tag.loop] = tuple(got)
+        return per
+
+
+def count_run(exported, args: Sequence, run: Callable | None = None,
+              branches: bool = True) -> CountedRun:
+    """Run the counting program of ``exported`` (with ``branches``, its conditionals counted
+    too) on ``args`` once; nothing runs where there is nothing to count. ``run(fn, args)`` runs
+    a program (default: ``jax.jit(fn)(*args)``)."""
     import jax
 
-    module, tags = counting_module(exported.mlir_module())
+    module, tags = counting_module(exported.mlir_module(), branches=branches)
     if not tags:
-        return ()
+        return CountedRun([], [])
     shapes = _result_shapes(module)[-len(tags):]
     counting = _with_module(exported, module, [(s, np.int32) for s in shapes])
     outs = (run or (lambda f, a: jax.jit(f)(*a)))(counting.call, args)
-    values = [np.asarray(v) for v in outs[1:]]
-    n = 1 + max(t.loop for t in tags)
-    trips, entries = np.zeros(n, np.int64), np.zeros(n, np.int64)
-    for tag, v in zip(tags, values, strict=True):
-        (trips if tag.kind == "trips" else entries)[tag.loop] += int(v.max()) if v.size else 0
-    return tuple(int((2 * t + e) // (2 * e)) if e else 0  # the mean, halves rounded up
-                 for t, e in zip(trips, entries, strict=True))
+    return CountedRun(list(tags), [np.asarray(v).reshape(-1) for v in outs[1:]])
+
+
+def trip_counts(exported, args: Sequence, run: Callable | None = None) -> tuple[int, ...]:
+    """Per loop of ``exported`` (numbered as :func:`pinned` expects): its iterations per entry
+    on ``args`` (:meth:`CountedRun.trips`)."""
+    return count_run(exported, args, run, branches=False).trips()
 
 
 def device_counts(exported, args: Sequence, mesh_shape: Sequence[int],
                   axis_names: Sequence[str], run: Callable | None = None) -> list[RunCounts]:
-    """Per device of the mesh (row-major ids), what a run of ``exported`` on ``args`` counted:
-    each loop's iterations and entries, each conditional's branches (see
-    :class:`~autograder.core.stablehlo.RunCounts`). ``run(fn, args)`` runs a program (default:
-    ``jax.jit(fn)(*args)``)."""
-    import jax
-
-    module, tags = counting_module(exported.mlir_module(), branches=True)
-    shape = tuple(int(s) for s in mesh_shape) or (1,)
-    n_dev = int(np.prod(shape, dtype=np.int64))
-    per = [RunCounts() for _ in range(n_dev)]
-    if not tags:
-        return per
-    shapes = _result_shapes(module)[-len(tags):]
-    counting = _with_module(exported, module, [(s, np.int32) for s in shapes])
-    outs = (run or (lambda f, a: jax.jit(f)(*a)))(counting.call, args)
-    values = [np.asarray(v).reshape(-1) for v in outs[1:]]
-    names = list(axis_names)
-    for tag, v in zip(tags, values, strict=True):
-        if tag.manual and any(a not in names for a in tag.manual):
-            raise LoopCountError(f"a shard_map over axes {tag.manual} of a mesh {names}")
-        sizes = [shape[names.index(a)] for a in tag.manual]
-        if v.size != int(np.prod(sizes, dtype=np.int64)):
-            raise LoopCountError(f"{v.size} counts for a shard_map over {tag.manual}")
-        for d in range(n_dev):
-            coords = np.unravel_index(d, shape)
-            at = (int(np.ravel_multi_index([coords[names.index(a)] for a in tag.manual], sizes))
-                  if tag.manual else 0)
-            c, x = per[d], int(v[at])
-            if tag.kind == "trips":
-                c.trips[tag.loop] = c.trips.get(tag.loop, 0) + x
-            elif tag.kind == "entries":
-                c.entries[tag.loop] = c.entries.get(tag.loop, 0) + x
-            else:
-                got = list(c.branches.get(tag.loop, ()))
-                got += [0] * (tag.branch + 1 - len(got))
-                got[tag.branch] += x
-                c.branches[tag.loop] = tuple(got)
-    return per
+    """Per device of the mesh (row-major ids), what a run of ``exported`` on ``args`` counted
+    (:meth:`CountedRun.per_device`)."""
+    return count_run(exported, args, run).per_device(mesh_shape, axis_names)
 
 
 def pinned(exported, trips: Sequence[int]):

@@ -298,6 +298,32 @@ COLLECTIVES = {"all-gather", "all-reduce", "reduce-scatter", "all-to-all", "coll
 MAX_STEPS = 1_000_000
 
 
+def simple_indexing(op: str, attrs: dict[str, str], inputs: list) -> tuple[str, list]:
+    """``(op, inputs)`` as XLA runs them: a gather or a one-operand scatter whose indices name
+    one slice (a loop trip count of 1: ``jnp.take(x, i, axis)`` or ``x.at[i].set(y)`` with a
+    scalar ``i``) is a dynamic-slice, or a dynamic-update-slice ``(operand, update, indices)``,
+    once XLA's gather and scatter expanders have run in their "simple" modes, as every
+    backend's pipeline does after partitioning (the module read here is taken before those
+    passes). Anything else stays as it is, the dearer kernel of its own: a gather of many
+    indices, and also one of the whole operand, which XLA may turn into a broadcast, whose
+    price here would rest on how a TPU fuses it."""
+    if (op, len(inputs)) not in (("gather", 2), ("scatter", 3)):
+        return op, inputs
+    dims = inputs[1].shape.dims
+    ivd = re.fullmatch(r"\d+", attrs.get("index_vector_dim", "").strip())
+    if ivd is None:
+        return op, inputs
+    trips = 1
+    for i, d in enumerate(dims):
+        if i != int(ivd.group()):
+            trips *= int(d)
+    if trips != 1:
+        return op, inputs
+    if op == "gather":
+        return "dynamic-slice", inputs
+    return "dynamic-update-slice", [inputs[0], inputs[2], inputs[1]]
+
+
 class Flattener:
     def __init__(self, comps: dict[str, Computation], device: int = 0, max_nodes: int = 50000):
         self.comps = comps
@@ -423,8 +449,8 @@ class Flattener:
         label = meta.group(1) if meta else ins.name
         outs = ins.type if isinstance(ins.type, list) else [ins.type]
         outs = [s for s in outs if isinstance(s, Shape)]
-        node = Node(len(self.nodes), op, label, outs,
-                    [l for o in ops for l in self.leaves(o)], ins.attrs, deps,
+        op, inputs = simple_indexing(op, ins.attrs, [l for o in ops for l in self.leaves(o)])
+        node = Node(len(self.nodes), op, label, outs, inputs, ins.attrs, deps,
                     tuple(self.loop_stack))
         self.nodes.append(node)
         return self.make_out(ins.type, {node.id})
