@@ -100,6 +100,26 @@ def test_no_loops_no_counts():
     x = jnp.ones((8,), jnp.float32)
     exp = _export(lambda v: jnp.sin(v) * 2, x)
     assert loops.trip_counts(exp, [x]) == ()
+    assert loops.count_run(exp, [x]).out is None  # nothing to count: nothing ran
+
+
+def test_one_counting_run_gives_the_result_the_counts_and_the_trips():
+    """The grader checks a big case's result, reads its structure and pins its loops from one
+    run: the counting program's result is the program's own, and its two readings agree with
+    the separate functions."""
+    mesh = make_mesh(4, 2)
+    a = jax.device_put(jnp.arange(8.0), NamedSharding(mesh, P("X")))
+    k = jax.device_put(jnp.asarray([1, 2, 5, 0, 3, 1, 2, 2], jnp.int32),
+                       NamedSharding(mesh, P("X")))
+    fn = _ring_program(mesh)
+    exp = _export(fn, a, k)
+    run = loops.count_run(exp, [a, k])
+    np.testing.assert_array_equal(np.asarray(run.out), np.asarray(fn(a, k)))
+    assert run.out.sharding.is_equivalent_to(fn(a, k).sharding, 1)
+    assert run.trips() == loops.trip_counts(exp, [a, k]) == (5,)
+    per = run.per_device((4, 2), ("X", "Y"))
+    assert [c.key() for c in per] == [c.key() for c in
+                                      loops.device_counts(exp, [a, k], (4, 2), ("X", "Y"))]
 
 
 def _ring_program(mesh):

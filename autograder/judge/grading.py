@@ -897,7 +897,7 @@ def _memory_check(programs: Programs, *, rules: bool) -> CheckResult:
             stats = compiled.memory_analysis()
             temp = None if stats is None else int(stats.temp_size_in_bytes)
             with phase("memory: check the values"):
-                wrong = _big_case_values(problem, "memory", where, compiled, big, args)
+                wrong = _big_case_values(programs, "memory", where, compiled, big, args)
             if wrong is None and rules:
                 with phase("memory: structure"):
                     wrong = _big_case_structure(programs, "memory", big, mesh, args, compiled)
@@ -919,14 +919,27 @@ def _answered(plan: Plan, size: str) -> BigCase:
         return plan.big_case(size)
 
 
-def _big_case_values(problem: Problem, check: str, where: str, compiled, big: BigCase,
+def _big_case_values(programs: Programs, check: str, where: str, compiled, big: BigCase,
                      args) -> Optional[CheckResult]:
     """Run the program compiled for the memory or speed case once and compare its output with
     the NumPy reference (:func:`checks.big_case_values`; ``big``'s answer is made
-    beforehand, :func:`_answered`)."""
+    beforehand, :func:`_answered`). A program with loops or branches runs once, instrumented
+    (:meth:`Programs.counted_run`): its result is checked here and its counts serve the
+    structure rules and the model, so the big case is not run twice. The same computation
+    either way; where the counting copy cannot be made, the compiled program runs (the
+    structure and model readings then fail with the reason)."""
     import jax
 
-    out = genuine_array(compiled(*_dynamic(problem, args)))
+    from ..tpumodel.loops import LoopCountError
+
+    problem = programs.plan.problem
+    try:
+        out = programs.counted_run(big.layout, big.case, args).out
+    except LoopCountError:
+        out = None
+    if out is None:
+        out = compiled(*_dynamic(problem, args))
+    out = genuine_array(out)
     value = np.asarray(jax.device_get(out))
     expected = big.expected
     copies = (copies_disagree(out, _mesh_for(problem, big.layout), problem.rtol, problem.atol)
@@ -970,7 +983,7 @@ def _speed_check(programs: Programs, modeler, *, rules: bool) -> CheckResult:
                 else:
                     student = programs.compiled(layout, case, mesh, args, fast=False)
             with phase("speed: check the values"):
-                wrong = _big_case_values(problem, "speed", checks.where(problem, layout, case),
+                wrong = _big_case_values(programs, "speed", checks.where(problem, layout, case),
                                          student, big, args)
             if wrong is None and rules:
                 with phase("speed: structure"):
