@@ -401,12 +401,14 @@ def _result_shapes(module) -> list[tuple[int, ...]]:
 @dataclasses.dataclass
 class CountedRun:
     """What one run of a counting program handed out: per :class:`Tag`, its values (one per
-    position along the tag's shard_map axes). :meth:`trips` and :meth:`per_device` are two
-    readings of the same run, so one run on a case's arrays serves both the model's pinned
-    loops and the structure rules."""
+    position along the tag's shard_map axes), and the program's own result. :meth:`trips` and
+    :meth:`per_device` are two readings of the same run, so one run on a case's arrays serves
+    the model's pinned loops, the structure rules and the check of the result."""
 
     tags: list
     values: list
+    #: the program's own result, from the same run (None where nothing ran: nothing to count)
+    out: Any = None
 
     def trips(self) -> tuple[int, ...]:
         """Per loop (numbered as :func:`pinned` expects): its iterations per entry, the mean
@@ -465,7 +467,7 @@ def count_run(exported, args: Sequence, run: Callable | None = None,
     shapes = _result_shapes(module)[-len(tags):]
     counting = _with_module(exported, module, [(s, np.int32) for s in shapes])
     outs = (run or (lambda f, a: jax.jit(f)(*a)))(counting.call, args)
-    return CountedRun(list(tags), [np.asarray(v).reshape(-1) for v in outs[1:]])
+    return CountedRun(list(tags), [np.asarray(v).reshape(-1) for v in outs[1:]], outs[0])
 
 
 def trip_counts(exported, args: Sequence, run: Callable | None = None) -> tuple[int, ...]:
