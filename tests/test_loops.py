@@ -107,12 +107,7 @@ def test_one_counting_run_gives_the_result_the_counts_and_the_trips():
     """The grader checks a big case's result, reads its structure and pins its loops from one
     run: the counting program's result is the program's own, and its two readings agree with
     the separate functions."""
-    mesh = make_mesh(4, 2)
-    a = jax.device_put(jnp.arange(8.0), NamedSharding(mesh, P("X")))
-    k = jax.device_put(jnp.asarray([1, 2, 5, 0, 3, 1, 2, 2], jnp.int32),
-                       NamedSharding(mesh, P("X")))
-    fn = _ring_program(mesh)
-    exp = _export(fn, a, k)
+    _, fn, exp, a, k = _ring_case()
     run = loops.count_run(exp, [a, k])
     np.testing.assert_array_equal(np.asarray(run.out), np.asarray(fn(a, k)))
     assert run.out.sharding.is_equivalent_to(fn(a, k).sharding, 1)
@@ -137,13 +132,19 @@ def _ring_program(mesh):
                                  out_specs=P("X")))
 
 
-def test_counts_inside_shard_map_are_the_busiest_devices():
+def _ring_case():
+    """(the 4x2 mesh, the jitted ring, its export, its two inputs): the busiest X device runs
+    5 rounds."""
     mesh = make_mesh(4, 2)
     a = jax.device_put(jnp.arange(8.0), NamedSharding(mesh, P("X")))
     k = jax.device_put(jnp.asarray([1, 2, 5, 0, 3, 1, 2, 2], jnp.int32),
                        NamedSharding(mesh, P("X")))
     fn = _ring_program(mesh)
-    exp = _export(fn, a, k)
+    return mesh, fn, _export(fn, a, k), a, k
+
+
+def test_counts_inside_shard_map_are_the_busiest_devices():
+    mesh, fn, exp, a, k = _ring_case()
     assert loops.trip_counts(exp, [a, k]) == (5,)
     fixed = loops.pinned(exp, (5,))
     np.testing.assert_allclose(np.asarray(fixed.call(a, k)), np.asarray(fn(a, k)))
