@@ -527,7 +527,8 @@ class Programs:
     def counted_run(self, layout, case: Case, args):
         """The :class:`~autograder.tpumodel.loops.CountedRun` of a memory or speed case's
         program on that case's own arrays: one instrumented run (the student's work) serves the
-        structure reading of the measured program and the model's pinned loops."""
+        check of its result, the structure reading of the measured program and the model's
+        pinned loops."""
         def make():
             from ..tpumodel.loops import count_run
 
@@ -896,11 +897,8 @@ def _memory_check(programs: Programs, *, rules: bool) -> CheckResult:
             compiled = programs.compiled(layout, case, mesh, args, fast="memory")
             stats = compiled.memory_analysis()
             temp = None if stats is None else int(stats.temp_size_in_bytes)
-            with phase("memory: check the values"):
-                wrong = _big_case_values(programs, "memory", where, compiled, big, args)
-            if wrong is None and rules:
-                with phase("memory: structure"):
-                    wrong = _big_case_structure(programs, "memory", big, mesh, args, compiled)
+            wrong = _measured_program_wrong(programs, "memory", where, compiled, big, mesh,
+                                            args, rules=rules)
     except BaseException as e:  # noqa: BLE001
         _never_the_students(e)
         return failed("memory", f"{where}: could not compile and run it: {_short_error(e)}")
@@ -917,6 +915,20 @@ def _answered(plan: Plan, size: str) -> BigCase:
     student's timeout, and its error is a regrade."""
     with phase(f"{size}: the case and its answer"), grader_work("the NumPy reference"):
         return plan.big_case(size)
+
+
+def _measured_program_wrong(programs: Programs, check: str, where: str, compiled, big: BigCase,
+                            mesh, args, *, rules: bool) -> Optional[CheckResult]:
+    """A failed ``check`` when the program compiled for the memory or speed case may not be
+    measured, else None: it must compute the case's answer (:func:`_big_case_values`) and,
+    where the numerics programs kept the structure rules (``rules``), keep them too
+    (:func:`_big_case_structure`)."""
+    with phase(f"{check}: check the values"):
+        wrong = _big_case_values(programs, check, where, compiled, big, args)
+    if wrong is None and rules:
+        with phase(f"{check}: structure"):
+            wrong = _big_case_structure(programs, check, big, mesh, args, compiled)
+    return wrong
 
 
 def _big_case_values(programs: Programs, check: str, where: str, compiled, big: BigCase,
@@ -951,8 +963,8 @@ def _big_case_structure(programs: Programs, check: str, big: BigCase, mesh, args
                         compiled) -> Optional[CheckResult]:
     """A failed ``check`` when the program compiled for the memory or speed case breaks the
     structure rules (:func:`checks.big_case_structure`): read as the numerics programs are, its
-    loops and branches counted by one run on this case's arrays (the run the TPU model's
-    pinned loops reuse)."""
+    loops and branches counted by the one run on this case's arrays that also gave the result
+    checked and the TPU model's pinned loops (:meth:`Programs.counted_run`)."""
     problem = programs.plan.problem
     layout, case = big.layout, big.case
     att = checks.Attempt(mesh=mesh, layout=layout, case=case)
@@ -982,12 +994,8 @@ def _speed_check(programs: Programs, modeler, *, rules: bool) -> CheckResult:
                     student, st_text = programs.speed_program(layout, case, mesh, args)
                 else:
                     student = programs.compiled(layout, case, mesh, args, fast=False)
-            with phase("speed: check the values"):
-                wrong = _big_case_values(programs, "speed", checks.where(problem, layout, case),
-                                         student, big, args)
-            if wrong is None and rules:
-                with phase("speed: structure"):
-                    wrong = _big_case_structure(programs, "speed", big, mesh, args, student)
+            wrong = _measured_program_wrong(programs, "speed", checks.where(problem, layout, case),
+                                            student, big, mesh, args, rules=rules)
             if wrong is not None:
                 return wrong
             if modeler is not None:
