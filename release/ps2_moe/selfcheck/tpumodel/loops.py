@@ -36,7 +36,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..core.stablehlo import RunCounts, control_flow_ops
+from ..core.stablehlo import RunCounts, control_flow_ops, has_control_flow
 from .hlo import ModelError
 
 try:
@@ -461,7 +461,10 @@ def count_run(exported, args: Sequence, run: Callable | None = None,
     a program (default: ``jax.jit(fn)(*args)``)."""
     import jax
 
-    module, tags = counting_module(exported.mlir_module(), branches=branches)
+    text = exported.mlir_module()
+    if not has_control_flow(text):  # no loop, no branch: not even a rewrite to make
+        return CountedRun([], [])
+    module, tags = counting_module(text, branches=branches)
     if not tags:
         return CountedRun([], [])
     shapes = _result_shapes(module)[-len(tags):]
