@@ -186,8 +186,8 @@ def speed(problem: Problem, t: Timing) -> CheckResult:
                     f"{m['baseline_us']:.1f} us (ratio {m['ratio']:.2f})")
         if m.get("trips"):
             counts = ", ".join(str(t) for t in m["trips"])
-            figures += (f", each loop modeled with the trip count it ran on the grading input "
-                        f"({counts})")
+            figures += (f", each loop modeled at the most iterations one entry of it ran on "
+                        f"the grading input ({counts})")
         bounds = (m.get("student") or {}).get("bounds")
         if bounds:
             figures += (f"; an upper bound, since the model cannot know which way the program "
