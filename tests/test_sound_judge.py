@@ -19,6 +19,9 @@ from autograder.tpumodel import scalars
     ("vector_matmul", "matmul_allgather", "ratio"),
     ("psum_slices", "matmul_allreduce", "ratio"),
     ("speed_shape_switch", "matmul_allgather", "does not keep the structure rules"),
+    ("denormal_branch", "matmul_allgather_bidirectional", "upper bound"),
+    ("denormal_branch", "matmul_reducescatter_bidirectional", "upper bound"),
+    ("mean_pinned_loop", "matmul_allgather", "most iterations one entry of it ran"),
 ])
 def test_crafted_program_fails_speed(fixture, function, says):
     res = grade("attacks", fixture, function, with_speed=True)
@@ -98,8 +101,34 @@ def test_float_and_pred_scalars():
     # an unknown operand or operation makes the result unknown
     assert scalars.evaluate("add", S32, {}, [v(1), None]) is None
     assert scalars.evaluate("cosine-of-the-moon", S32, {}, [v(1)]) is None
-    assert float(scalars.evaluate("add", "f32", {}, [v("16777216", "f32"), v("1", "f32")])) \
-        == np.float32(16777216)  # f32 rounding, not Python's float
+    assert float(scalars.evaluate("add", "f32", {}, [v("1.5", "f32"), v("2", "f32")])) == 3.5
+
+
+@pytest.mark.parametrize("op, args", [
+    ("multiply", ("1e-20", "1e-20")),       # subnormal result: XLA flushes it to zero
+    ("add", ("1e-45", "0")),                # a subnormal operand
+    ("add", ("16777216", "1")),             # rounds: how is a backend's choice
+    ("divide", ("6", "3")),                 # a TPU divides by approximation
+    ("sqrt", ("4",)),
+    ("multiply", ("3e38", "10")),           # overflows
+])
+def test_float_scalars_are_unknown_where_backends_may_differ(op, args):
+    """A float the model cannot be sure of steers nothing: the model then assumes the worst
+    (every branch costed, the loop counted by a run)."""
+    assert scalars.evaluate(op, "f32", {}, [v(a, "f32") for a in args]) is None, (op, args)
+    compare = scalars.evaluate("compare", "pred", {"direction": "GT"},
+                               [v("1e-40", "f32"), v("0", "f32")])
+    assert compare is None  # NumPy says True; XLA's CPU, flushing the subnormal, says False
+
+
+def test_xla_flushes_subnormals_numpy_keeps_them():
+    """The fact behind the rule above, on this machine's XLA."""
+    import jax
+    import jax.numpy as jnp
+
+    tiny = np.float32(1e-20)
+    assert tiny * tiny > 0  # NumPy
+    assert not bool(jax.jit(lambda a: a * a > 0)(jnp.float32(tiny)))
 
 
 # ------------------------------------------------------------------ structure: measured, on bytes
@@ -109,6 +138,9 @@ def test_float_and_pred_scalars():
     ("composite_gather", "matmul_allgather", "found an all_gather"),
     ("psum_broadcast", "moe_all_to_all", "other than all_to_all deliver"),
     ("psum_broadcast", "moe_topk", "other than all_to_all deliver"),
+    ("shared_call_branch", "matmul_allgather", "found an all_gather"),
+    ("scalar_collectives", "matmul_allgather", "found an all_gather"),
+    ("denormal_branch", "matmul_allgather_bidirectional", "directions"),
 ])
 def test_crafted_program_fails_structure(fixture, function, says):
     res = grade("attacks", fixture, function)
