@@ -153,3 +153,26 @@ def test_source_too_deep_for_python_is_a_note_not_a_crash(tmp_path):
     assert loaded.function("f")() == 1
     assert any("cell 1" in n and "too deeply" in n for n in loaded.notes), loaded.notes
     assert any("cell 2 line 1" in n and "too deeply" in n for n in loaded.notes), loaded.notes
+
+
+def test_a_dataclass_and_a_custom_vjp_load_as_an_import_would(tmp_path):
+    """Two honest definitions that failed at grading time: ``@dataclass`` looks its module up
+    in ``sys.modules``, and ``f.defvjp(fwd, bwd)`` is a call at top level that finishes
+    defining ``f``. A demo call beside it is still not run."""
+    p = tmp_path / "s.py"
+    p.write_text(
+        "from __future__ import annotations\n"
+        "import dataclasses\nimport jax\n\n"
+        "@dataclasses.dataclass(frozen=True)\nclass Layout:\n    rows: int\n    cols: int = 2\n\n"
+        "@jax.custom_vjp\ndef scale(x):\n    return 2.0 * x\n\n"
+        "def _fwd(x):\n    return scale(x), None\n\n"
+        "def _bwd(res, g):\n    return (2.0 * g,)\n\n"
+        "scale.defvjp(_fwd, _bwd)\n"
+        "print(scale(1.0))\n"
+        "unrelated.defvjp(_fwd, _bwd)\n\n"  # what no graded function needs is not run
+        "def f(x):\n    return scale(x) * Layout(3).cols\n")
+    loaded = load(p, keep_names=frozenset({"f"}))
+    assert loaded.notes == [], loaded.notes
+    assert loaded.function("f")(1.0) == 4.0
+    import jax
+    assert float(jax.grad(loaded.function("f"))(1.0)) == 4.0  # the vjp rule was attached
