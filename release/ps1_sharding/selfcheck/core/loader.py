@@ -1,8 +1,10 @@
 """Taking the graded functions out of a submission (a notebook or a .py file).
 
 The submission's source is parsed, not run as a whole: imports, function and class definitions
-and the plain ``name = value`` assignments those definitions read are executed one statement at
-a time, each with a time limit, and so are ``try`` and ``if`` blocks made of these (the
+and the plain ``name = value`` assignments those definitions read (and the calls that finish
+defining one, ``f.defvjp(fwd, bwd)`` of a ``jax.custom_vjp``) are executed one statement at
+a time, each with a time limit, in a module registered in ``sys.modules`` as an imported one is
+(``@dataclass`` looks its module up there), and so are ``try`` and ``if`` blocks made of these (the
 ``try: from jax import shard_map`` / ``except ImportError: ...`` of code written for several JAX
 versions; a print or a warning in such a block runs with it); top-level expressions, loops,
 ``with`` blocks, blocks doing anything else, demo assignments, cells that a cell magic makes
@@ -23,6 +25,7 @@ import ast
 import json
 import re
 import symtable
+import sys
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +40,9 @@ _MAGIC = re.compile(r"^\s*[%!]")
 _CELL_MAGIC = re.compile(r"^\s*%%(\w+)")
 _PYTHON_CELL_MAGICS = {"time", "timeit", "capture", "prun", "debug", "python", "python3"}
 _KEEP = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+#: methods whose call at top level finishes defining a function (``f.defvjp(fwd, bwd)`` of a
+#: ``jax.custom_vjp``): run, like an assignment to ``f``, where a graded function needs ``f``
+_COMPLETING = {"defvjp", "defjvp", "defjvps", "def_vmap", "def_transpose"}
 
 
 @dataclass
@@ -119,7 +125,7 @@ def _kind(node: ast.stmt):
     allowed too, and run with it."""
     if isinstance(node, _KEEP):
         return "definition"
-    if _is_plain_assign(node):
+    if _is_plain_assign(node) or _completes(node):
         return "assignment"
     if not isinstance(node, _BLOCKS):
         return None
@@ -143,6 +149,16 @@ def _is_plain_assign(node: ast.stmt) -> bool:
     if isinstance(node, ast.AnnAssign):
         return isinstance(node.target, ast.Name) and node.value is not None
     return False
+
+
+def _completes(node: ast.stmt) -> str | None:
+    """The name whose definition a top-level ``name.defvjp(...)`` call finishes, else None."""
+    if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+        f = node.value.func
+        if isinstance(f, ast.Attribute) and f.attr in _COMPLETING and \
+                isinstance(f.value, ast.Name):
+            return f.value.id
+    return None
 
 
 def _parse(code: str) -> ast.Module:
@@ -173,6 +189,8 @@ def _defines(node: ast.stmt) -> set[str]:
         return {(a.asname or a.name).split(".")[0] for a in node.names}
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
         return {node.name}
+    if _completes(node):
+        return {_completes(node)}
     if isinstance(node, _BLOCKS):
         names: set[str] = set()
         for branch in _branches(node):
@@ -308,6 +326,7 @@ def load(path: str | Path, *, statement_timeout: float = 20.0, total_timeout: fl
     chunks = source_chunks(path)
     mod = types.ModuleType(module_name)
     mod.__file__ = str(path)
+    sys.modules[module_name] = mod  # as an import would: @dataclass reads its module there
     ns = mod.__dict__
     if builtins_dict is not None:
         ns["__builtins__"] = builtins_dict

@@ -11,8 +11,8 @@ input, and never from anything the submission says:
    one more value, its iteration counter, and hands the final count (and a 1 for each time the
    loop is entered) out of every enclosing region (function calls, outer loops, branches,
    ``shard_map`` bodies) as extra results of ``@main``. :func:`trip_counts` runs that program on
-   the speed case's arrays and reads them: per loop, its iterations per entry (the mean over
-   entries, the busiest device).
+   the speed case's arrays and reads them: per loop, its most iterations in one entry (on the
+   busiest device).
 2. :func:`pinned` rewrites the original program once more so that each loop stops after exactly
    that many iterations (a counter compared with a constant). The pinned program does the same
    work per iteration, and its trip counts are constants the model can read; XLA compiles it
@@ -36,7 +36,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..core.stablehlo import RunCounts, control_flow_ops, has_control_flow
+from ..core.stablehlo import (ProgramUnreadable, RunCounts, calls_for_composites,
+                               control_flow_ops, has_control_flow, one_callee_per_call)
 from .hlo import ModelError
 
 try:
@@ -60,8 +61,9 @@ class LoopCountError(ModelError):
 @dataclasses.dataclass(frozen=True)
 class Tag:
     """What one extra result of a counting program holds: loop ``loop``'s iterations summed
-    over its entries (``kind='trips'``), how many times it was entered (``'entries'``), or how
-    many times branch ``branch`` of conditional ``loop`` ran (``'branch'``). ``manual``: the
+    over its entries (``kind='trips'``), how many times it was entered (``'entries'``), its
+    most iterations in one entry (``'most'``), or how many times branch ``branch`` of
+    conditional ``loop`` ran (``'branch'``). ``manual``: the
     mesh axes of the shard_map it came out of (one entry per device along them), if any."""
 
     loop: int
@@ -117,28 +119,6 @@ def _replace(op, extra_operands: Sequence = (), extra_types: Sequence = ()):
         old.replace_all_uses_with(now)
     op.erase()
     return new
-
-
-def _calls_for_composites(module) -> None:
-    """Turn every ``stablehlo.composite`` into a plain ``func.call`` of its decomposition (what
-    XLA runs), so that counts leave a loop inside one the way they leave any called function."""
-    found = []
-
-    def visit(op):
-        if op.operation.name == "stablehlo.composite":
-            found.append(op.operation)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
-    for op in found:
-        callee = ir.FlatSymbolRefAttr(op.attributes["decomposition"]).value
-        call = ir.Operation.create("func.call", results=[r.type for r in op.results],
-                                   operands=list(op.operands),
-                                   attributes={"callee": ir.FlatSymbolRefAttr.get(callee)},
-                                   loc=op.location, ip=ir.InsertionPoint(op))
-        for old, now in zip(op.results, call.results):
-            old.replace_all_uses_with(now)
-        op.erase()
 
 
 def _set_terminator(block, operands: list) -> None:
@@ -261,7 +241,7 @@ class _Escaper:
         cond.add_argument(typ, new.location)
         acc = body.add_argument(typ, new.location)
         ip = ir.InsertionPoint(_terminator(body))
-        total = hlo.AddOp(acc, value, ip=ip).result
+        total = (hlo.MaxOp if tag.kind == "most" else hlo.AddOp)(acc, value, ip=ip).result
         _set_terminator(body, list(_terminator(body).operands) + [total])
         self.escape(new.results[len(new.results) - 1], tag)
 
@@ -306,14 +286,19 @@ class _Escaper:
 # -- the two rewrites --------------------------------------------------------------------------
 
 def _parse(text: str):
-    """(context, module) of ``text``, its composites already plain calls (what both rewrites
-    start from)."""
+    """(context, module) of ``text``, its composites already plain calls and every call site of
+    a function with loops or branches calling its own copy (what both rewrites and the reader
+    start from: :func:`~autograder.core.stablehlo.one_callee_per_call`)."""
     if _BINDINGS_ERROR is not None:
         raise LoopCountError(f"the MLIR bindings of jaxlib are not usable: {_BINDINGS_ERROR}")
     ctx = mlir.make_ir_context()
     module = ir.Module.parse(text, context=ctx)
     with ctx:
-        _calls_for_composites(module)
+        calls_for_composites(module)
+        try:
+            one_callee_per_call(module)
+        except ProgramUnreadable as e:
+            raise LoopCountError(str(e)) from None
     return ctx, module
 
 
@@ -330,6 +315,7 @@ def counting_module(text: str, branches: bool = False):
             new, _ = _add_counter(_marked(module, i))
             entered = _const(1, _i32(), ir.InsertionPoint.after(new))
             esc.escape(new.results[len(new.results) - 1], Tag(i, "trips"))
+            esc.escape(new.results[len(new.results) - 1], Tag(i, "most"))
             esc.escape(entered, Tag(i, "entries"))
         for j in range(n_cond):
             for k in range(len(_marked(module, j, CASE_MARK).regions)):
@@ -411,18 +397,20 @@ class CountedRun:
     out: Any = None
 
     def trips(self) -> tuple[int, ...]:
-        """Per loop (numbered as :func:`pinned` expects): its iterations per entry, the mean
-        over entries rounded (0 for a loop never entered), on the busiest device."""
+        """Per loop (numbered as :func:`pinned` expects): its most iterations in one entry, on
+        the busiest device (0 for a loop never entered). A pinned loop runs as often at every
+        entry, so a loop whose count varies between entries is modeled at its longest, never
+        at a mean that one long entry and many empty ones would make small."""
         loops = [(t, v) for t, v in zip(self.tags, self.values, strict=True)
-                 if t.kind in ("trips", "entries")]
+                 if t.kind in ("trips", "entries", "most")]
         if not loops:
             return ()
         n = 1 + max(t.loop for t, _ in loops)
-        trips, entries = np.zeros(n, np.int64), np.zeros(n, np.int64)
+        most = np.zeros(n, np.int64)
         for tag, v in loops:
-            (trips if tag.kind == "trips" else entries)[tag.loop] += int(v.max()) if v.size else 0
-        return tuple(int((2 * t + e) // (2 * e)) if e else 0  # the mean, halves rounded up
-                     for t, e in zip(trips, entries, strict=True))
+            if tag.kind == "most" and v.size:
+                most[tag.loop] = max(most[tag.loop], int(v.max()))
+        return tuple(int(m) for m in most)
 
     def per_device(self, mesh_shape: Sequence[int], axis_names: Sequence[str]) -> list[RunCounts]:
         """Per device of the mesh (row-major ids): each loop's iterations and entries, each
@@ -442,6 +430,8 @@ class CountedRun:
                 at = (int(np.ravel_multi_index([coords[names.index(a)] for a in tag.manual],
                                                sizes)) if tag.manual else 0)
                 c, x = per[d], int(v[at])
+                if tag.kind == "most":
+                    continue  # the model's reading (trips()); the rules weigh totals
                 if tag.kind == "trips":
                     c.trips[tag.loop] = c.trips.get(tag.loop, 0) + x
                 elif tag.kind == "entries":

@@ -15,6 +15,13 @@ follows XLA's definition for it (HLO semantics, as the CPU, GPU and TPU backends
 * a shift by the bit width or more gives 0 (left, logical right) or the sign (arithmetic right);
 * conversions between integer types wrap; float to integer truncates toward zero.
 
+Floating point is known only where every backend must agree: the backends flush subnormals to
+zero (NumPy keeps them: ``1e-20 * 1e-20 > 0`` is true in NumPy, false under XLA), a TPU divides
+and takes square roots by approximation, and a compiler may fuse a multiply into an add. So a
+float operation is evaluated only when no rounding can happen (an add, subtract or multiply
+whose exact result the type holds; negate, abs, sign, floor, ceil, round, max, min, compare,
+select and exact conversions) and no operand or result is subnormal; anything else is unknown.
+
 Where XLA's answer is not pinned down here (float to integer out of range or NaN, an element
 type or an operation this module does not know), the value is unknown (``None``): the caller
 then assumes the worst instead of guessing.
@@ -80,14 +87,28 @@ def _convert(x: np.generic, dt: np.dtype) -> Optional[np.generic]:
         if src.kind in "biu":
             return _wrap(int(x), dt)
         f = float(x)
-        if not np.isfinite(f):
+        if not np.isfinite(f) or _subnormal(x):
             return None
         t = int(f)  # toward zero
         info = np.iinfo(dt)
         return dt.type(t) if info.min <= t <= info.max else None
+    if src.kind == "f" and _subnormal(x):
+        return None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return np.array(x).astype(dt)[()]
+        y = np.array(x).astype(dt)[()]
+    exact = (int(x) == y) if src.kind in "biu" and np.isfinite(y) else \
+        (src.kind == "b" or np.isnan(x) and np.isnan(y) or float(x) == float(y))
+    return y if exact and not _subnormal(y) else None  # a rounding conversion: unknown
+
+
+def _subnormal(x) -> bool:
+    """Whether a float is subnormal (which XLA's backends flush to zero and NumPy keeps)."""
+    x = np.asarray(x)
+    if x.dtype.kind != "f":
+        return False
+    f = abs(float(x))
+    return 0.0 < f < float(np.finfo(x.dtype).tiny)
 
 
 def evaluate(opcode: str, out_type: str, attrs: dict, values: list) -> Optional[Any]:
@@ -108,6 +129,8 @@ def _evaluate(op: str, dt: np.dtype, attrs: dict, c: list) -> Optional[Any]:
     integer = dt.kind in "iu"
     if op == "compare":
         a, b = c
+        if _subnormal(a) or _subnormal(b):
+            return None
         d = attrs.get("direction", "EQ")
         return np.bool_({"EQ": a == b, "NE": a != b, "LT": a < b, "LE": a <= b, "GT": a > b,
                          "GE": a >= b}[d])
@@ -122,6 +145,8 @@ def _evaluate(op: str, dt: np.dtype, attrs: dict, c: list) -> Optional[Any]:
         lo, x, hi = c
         if integer:
             return dt.type(min(max(int(x), int(lo)), int(hi)))
+        if any(_subnormal(y) for y in c):
+            return None
         return dt.type(np.minimum(np.maximum(x, lo), hi))
     if op == "is-finite":
         return np.bool_(np.isfinite(float(c[0])))
@@ -201,17 +226,26 @@ def _integer(op: str, dt: np.dtype, c: list[int]) -> Optional[np.generic]:
 
 
 def _floating(op: str, dt: np.dtype, c: list) -> Optional[np.generic]:
-    fns = {"add": lambda a, b: a + b, "subtract": lambda a, b: a - b,
-           "multiply": lambda a, b: a * b, "divide": lambda a, b: a / b,
-           "remainder": np.fmod, "maximum": np.maximum, "minimum": np.minimum,
-           "power": np.power, "atan2": np.arctan2}
+    """Only what no backend can round differently (see the module doc); else None."""
+    if any(_subnormal(x) for x in c):
+        return None
+    exact = {"add": lambda a, b: a + b, "subtract": lambda a, b: a - b,
+             "multiply": lambda a, b: a * b}
     unary = {"negate": np.negative, "abs": np.abs, "sign": np.sign, "floor": np.floor,
-             "ceil": np.ceil, "round-nearest-even": np.rint, "sqrt": np.sqrt}
-    if op in fns and len(c) == 2:
-        return dt.type(fns[op](c[0], c[1]))
-    if op == "round-nearest-afz":
+             "ceil": np.ceil, "round-nearest-even": np.rint}
+    if op in exact and len(c) == 2:
+        wide = exact[op](np.float64(c[0]), np.float64(c[1]))  # exact for f32, f16 and bf16
+        got = dt.type(wide)
+        if not np.isfinite(wide) or float(got) != float(wide):
+            return None  # rounded (or overflowed): how a backend rounds is not pinned down
+        out = got
+    elif op in ("maximum", "minimum") and len(c) == 2:
+        out = dt.type((np.maximum if op == "maximum" else np.minimum)(c[0], c[1]))
+    elif op == "round-nearest-afz":
         x = float(c[0])
-        return dt.type(np.copysign(np.floor(abs(x) + 0.5), x)) if np.isfinite(x) else dt.type(x)
-    if op in unary:
-        return dt.type(unary[op](c[0]))
-    return None
+        out = dt.type(np.copysign(np.floor(abs(x) + 0.5), x)) if np.isfinite(x) else dt.type(x)
+    elif op in unary:
+        out = dt.type(unary[op](c[0]))
+    else:  # divide, sqrt, power, remainder, ...: approximated or rounded by some backend
+        return None
+    return None if _subnormal(out) else out

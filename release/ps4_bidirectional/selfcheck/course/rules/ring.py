@@ -50,11 +50,6 @@ _MONOLITHIC = {
 VARIANTS = ("allgather", "allreduce", "reducescatter", "mlp")
 
 
-def _scalar(op: Op) -> bool:
-    """A scalar collective (an axis size, a flag): not array data."""
-    return all(_prod(s) <= 1 for s in op.in_shapes)
-
-
 def _operand_bytes(op: Op) -> list[int]:
     """Bytes of each operand of a (possibly multi-operand) collective."""
     sizes = [max(1, _prod(s)) for s in op.in_shapes] or [1]
@@ -155,7 +150,9 @@ def ring_rule(variant: str, *, bidirectional: bool = False):
         if not sm.passed:
             return sm
         nx, ny = int(mesh.shape["X"]), int(mesh.shape["Y"])
-        cols = [o for o in prog.collectives() if o.count != 0 and not _scalar(o)]
+        # every collective that ran, scalars too: a scalar all_gather in a loop moves a whole
+        # array an element at a time
+        cols = [o for o in prog.collectives() if o.count != 0]
 
         across_x = [o for o in cols if "X" in o.axes]
         if across_x and nx > 1:
