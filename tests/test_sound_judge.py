@@ -141,6 +141,9 @@ def test_xla_flushes_subnormals_numpy_keeps_them():
     ("shared_call_branch", "matmul_allgather", "found an all_gather"),
     ("scalar_collectives", "matmul_allgather", "found an all_gather"),
     ("denormal_branch", "matmul_allgather_bidirectional", "directions"),
+    ("gspmd_boundary_ring", "matmul_allgather", "XLA adds 1 collective(s)"),
+    ("gspmd_weight_gather", "moe_all_to_all", "added by XLA"),
+    ("gspmd_weight_gather", "moe_topk", "added by XLA"),
 ])
 def test_crafted_program_fails_structure(fixture, function, says):
     res = grade("attacks", fixture, function)
@@ -325,3 +328,41 @@ def test_the_model_counts_at_least_xlas_flops(name, path, load):
     nbytes = sum(t.bytes for t in tasks if t.kind == "compute")
     assert flops >= 0.95 * cost["flops"], (flops, cost["flops"])
     assert nbytes >= compulsory, (nbytes, compulsory)
+
+
+def test_what_xla_adds_outside_the_manual_region_is_read_and_what_the_program_wrote_is_not():
+    """A shard_map taking A with in_specs P('X', None) has XLA gather it over Y at the boundary
+    (named after the shard_map); the collectives the body writes keep their own names, in a
+    loop and a branch too, and are not counted twice."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from autograder.core.meshes import make_mesh
+    from autograder.course.added import added_collectives
+
+    mesh = make_mesh(2, 4)
+    a = jax.device_put(jnp.ones((8, 16)), NamedSharding(mesh, P("X", "Y")))
+    ring = [(i, (i + 1) % 4) for i in range(4)]
+
+    def body(x):
+        y = jax.lax.fori_loop(0, 2, lambda i, c: jax.lax.ppermute(c, "Y", ring), x)
+        y = jax.lax.cond(jnp.sum(x) > 0, lambda v: jax.lax.psum(v, "X"), lambda v: v, y)
+        return y + jax.lax.all_gather(x, "Y", axis=1, tiled=True)[:, :x.shape[1]]
+
+    def written(x):
+        return jax.shard_map(body, mesh=mesh, in_specs=P("X", "Y"), out_specs=P("X", "Y"),
+                             check_vma=False)(x)
+
+    def boundary(x):
+        return jax.shard_map(lambda v: v[:, :4] * 2, mesh=mesh, in_specs=P("X", None),
+                             out_specs=P("X", "Y"))(x)
+
+    def added(fn):
+        return added_collectives(jax.jit(fn).lower(a).compile().as_text(), (2, 4), ("X", "Y"))
+
+    assert added(written) == []
+    (gather,) = added(boundary)
+    assert (gather.kind, gather.axes, gather.count) == ("all_gather", ("Y",), 1), gather
+    assert gather.out_bytes == 4 * 16 * 4 and "added by XLA" in gather.prim
