@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...core.results import failed, passed
+from ..added import added_collectives
 from . import base as rules
 
 
@@ -80,6 +81,11 @@ def no_activation_gather_over_x(prog, mesh, problem):
     big = _activation_bytes(prog, mesh)
     others = [o for o in prog.collectives() if _over_x(o) and o.count != 0
               and o.kind not in ("all_to_all", "ragged_all_to_all")]
+    # and what XLA adds over X (at the shard_map's boundary, in global-view code around it),
+    # an all-to-all too: only the program's own exchange is the exchange
+    others += [o for o in added_collectives(prog.compiled_text, tuple(mesh.devices.shape),
+                                            tuple(str(a) for a in mesh.axis_names))
+               if "X" in o.axes]
     total = sum(delivered_bytes(o, mesh) * o.runs for o in others)
     rows_in_loop = [o for o in others if o.count is None and o.out_shapes
                     and len(o.out_shapes[0]) >= 2]
@@ -87,12 +93,14 @@ def no_activation_gather_over_x(prog, mesh, problem):
         worst = max(others, key=lambda o: delivered_bytes(o, mesh) * o.runs)
         shape = list(worst.out_shapes[0]) if worst.out_shapes else []
         runs = "an unknown number of times" if worst.count is None else f"x{worst.count}"
+        added = f", {worst.prim}" if "added by XLA" in worst.prim else ""
         return failed("structure", "tokens must travel to their experts with all_to_all; "
                       f"collectives over 'X' other than all_to_all deliver "
                       f"{total / 2**10:.1f} KiB to each device, as much as the activations of "
                       f"other X-groups copied to it (the largest: {worst.kind} over 'X' producing "
-                      f"{shape}, {runs}). Send each X-group only the tokens routed to its "
-                      "experts. " + rules.HOW_TO_LOOK)
+                      f"{shape}, {runs}{added}). Send each X-group only the tokens routed to its "
+                      "experts, with shard_map's in_specs matching the arguments' shardings. "
+                      + rules.HOW_TO_LOOK)
     return passed("structure", "no gather of activations over X")
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from ...core.program import Op, Program, signed_shift
 from ...core.results import CheckResult, failed, passed
+from ..added import added_collectives
 from .base import CLAUSES, HOW_TO_LOOK, rule_factory, uses_shard_map
 
 #: slack on the byte rules, as a fraction of one block (or tile): rounding and a little
@@ -153,6 +154,15 @@ def ring_rule(variant: str, *, bidirectional: bool = False):
         # every collective that ran, scalars too: a scalar all_gather in a loop moves a whole
         # array an element at a time
         cols = [o for o in prog.collectives() if o.count != 0]
+        added = added_collectives(prog.compiled_text, tuple(mesh.devices.shape),
+                                  tuple(str(a) for a in mesh.axis_names))
+        if added:
+            o = added[0]
+            return _fail(f"write every transfer yourself, and give shard_map the in_specs and "
+                         f"out_specs of the arguments and the output, so that nothing moves "
+                         f"outside it; XLA adds {len(added)} collective(s) your program does "
+                         f"not write, e.g. a {o.kind} over {','.join(o.axes)} of "
+                         f"{list(o.in_shapes[0]) if o.in_shapes else []} ({o.prim}).")
 
         across_x = [o for o in cols if "X" in o.axes]
         if across_x and nx > 1:
