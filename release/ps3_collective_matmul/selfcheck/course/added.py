@@ -8,8 +8,10 @@ device), and global-view code around the ``shard_map`` reshards whatever it touc
 is in the StableHLO; all of it is in the compiled module.
 
 A collective of the compiled module is the student's when XLA kept the name of the ``jax.lax``
-collective that made it (its ``op_name`` ends in ``ppermute``, ``all_gather``, ...); every other
-one was added by the compiler, named after the op that needed it (``jit(f)/shard_map``). This
+collective that made it (its ``op_name`` is a path ending in ``ppermute``, ``all_gather``, ...);
+every other one was added by the compiler, named after the op that needed it
+(``jit(f)/shard_map``, or on newer JAX the argument it gathers: a bare name, never taken for a
+collective's, since an argument may be called ``ppermute``). This
 module returns those as :class:`~autograder.core.program.Op` (per device, kind, mesh axes,
 bytes; ``count`` 1, or None inside a loop, whose trip count is not read here) for the rules to
 weigh.
@@ -88,8 +90,8 @@ def added_collectives(text: str, mesh_shape: tuple[int, ...],
             if opcode not in COLLECTIVES:
                 continue
             m = _OP_NAME.search(ins.attrs.get("metadata", ""))
-            if m and m.group(1).rsplit("/", 1)[-1] in WRITTEN:
-                continue
+            if m and "/" in m.group(1) and m.group(1).rsplit("/", 1)[-1] in WRITTEN:
+                continue  # a path ending in a collective (a bare name may be an argument's)
             if opcode == "collective-permute":
                 pairs = source_target_pairs(ins.attrs)
                 coords = [np.array(np.unravel_index([s, d], shape)).T for s, d in pairs
