@@ -176,3 +176,23 @@ def test_a_dataclass_and_a_custom_vjp_load_as_an_import_would(tmp_path):
     assert loaded.function("f")(1.0) == 4.0
     import jax
     assert float(jax.grad(loaded.function("f"))(1.0)) == 4.0  # the vjp rule was attached
+
+
+def test_ipython_syntax_is_read_as_jupyter_reads_it(tmp_path):
+    """Valid cells that lost every point: ``f?``, ``x = !cmd`` and ``r = %timeit -o ...`` made
+    the whole cell a SyntaxError, a continuation line starting with ``%`` (the modulo operator)
+    became ``pass``, and ``!pip`` indented under an ``if`` left the block empty."""
+    nb = new_notebook(cells=[
+        new_code_cell("def f(shift, rows):\n    s = (shift\n         % rows)\n    return s\n"
+                      "f?\nout = !echo hi\nres = %timeit -o -n1 -r1 f(3, 2)"),
+        new_code_cell("import sys\nif 'google.colab' in sys.modules:\n    !pip install -q x\n"
+                      "def g():\n    return 2"),
+        new_code_cell("%%time\ndef t():\n    return f(7, 4)"),
+    ])
+    path = tmp_path / "sub.ipynb"
+    nbformat.write(nb, path)
+    loaded = load(path, keep_names=frozenset({"f", "g", "t"}))
+    assert loaded.notes == [], loaded.notes
+    assert loaded.function("f")(7, 4) == 3 and loaded.function("g")() == 2
+    assert loaded.function("t")() == 3
+    assert "out" not in loaded.namespace and "res" not in loaded.namespace  # demos: not run
