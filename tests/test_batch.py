@@ -300,3 +300,26 @@ def test_one_student_is_graded_again_and_the_class_kept(graded):
     assert {o.item.student for o in outcomes} == set(before)
     rows = list(csv.DictReader((out / "grades.csv").open()))
     assert {r["student"] for r in rows} == set(before)
+
+
+def test_a_refused_hand_in_is_its_own_not_the_graders(tmp_path):
+    """The renamed notebook, through grade-all: listed for a look as refused (the hand-in's
+    fault), never as the grader's ('run the same command again' would never fix it), never
+    'graded without isolation' (nothing ran), and grade-all exits 0: grading ran."""
+    src = CLASS / "submitted" / "alice" / "ps1_sharding" / "ps1_sharding.ipynb"
+    folder = tmp_path / "submitted" / "zoe" / "ps1_sharding"
+    folder.mkdir(parents=True)
+    shutil.copy(src, folder / "ps1_sharding (1).ipynb")
+    out = tmp_path / "out" / "grades.csv"
+    run = subprocess.run([sys.executable, "-m", "autograder", "grade-all",
+                          str(tmp_path / "submitted"), "--out", str(out), "--no-progress"],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert "refused before grading (the hand-in, not the grader" in run.stderr, run.stderr
+    assert "grader's fault" not in run.stderr, run.stderr
+    (row,) = list(csv.DictReader(out.open()))
+    assert row["student"] == "zoe" and row["isolated"] == "" and row["needs_regrade"] == ""
+    from autograder.classroom.batch import class_report_path
+
+    page = class_report_path(out).read_text()
+    assert "refused (the hand-in" in page and "graded without isolation" not in page

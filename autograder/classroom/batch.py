@@ -258,6 +258,15 @@ def _write_report(item: Item, res: dict, seconds: float, fp: str, key: bytes, re
     return Outcome(item, rep, seconds=seconds)
 
 
+def _refused(item: Item) -> Outcome:
+    """The outcome of a hand-in refused before anything read it (a renamed notebook, a link,
+    two hand-ins of one student): the hand-in's own, for a person to look at, never the
+    grader's fault and never graded with or without isolation."""
+    return Outcome(item, {"student": item.student, "assignment": item.assignment,
+                          "submission": str(item.path), "score": 0.0, "max_score": 0.0,
+                          "functions": {}, "refused": item.refused})
+
+
 def _not_graded(item: Item, error: str) -> Outcome:
     """The outcome of a submission the grader itself failed on (no report: a later run tries
     again)."""
@@ -273,7 +282,7 @@ def grade_one(item: Item, opts, reports: Path, key: bytes, *, force: bool = Fals
     from ..supervisor.supervise import grade_submission
 
     if item.refused:
-        return _not_graded(item, f"refused: {item.refused}")
+        return _refused(item)
     fp = fingerprint(item, opts)
     if not force:
         old = _reuse(item, fp, reports, key)
@@ -347,6 +356,7 @@ def write_outputs(outcomes: list[Outcome], csv_path: Path, reports: Path) -> Non
                        + [(REGRADE if fs[n].get("needs_regrade") else fs[n]["score"])
                           if n in fs else "" for n in fnames]
                        + [o.report.get("score", 0), o.report.get("max_score", 0),
+                          "" if o.report.get("refused") else
                           "yes" if o.report.get("isolated", False) else "NO",
                           " ".join(o.report.get("needs_regrade") or [])])
     by_student: dict[str, list[dict]] = {}
@@ -465,7 +475,7 @@ def _grade_on_cluster(items: list[Item], opts, reports: Path, key: bytes, schedu
     fps: dict[Item, str] = {}
     for it in items:
         if it.refused:
-            record(_not_graded(it, f"refused: {it.refused}"))
+            record(_refused(it))
             continue
         fps[it] = fingerprint(it, opts)
         old = None if it.key in forced else _reuse(it, fps[it], reports, key)

@@ -48,6 +48,7 @@ class HandIn:
     isolated: bool
     error: str
     report: str  # the student's report file, relative to the page
+    refused: str = ""  # why the hand-in was refused before grading (its own fault)
 
     @classmethod
     def from_report(cls, rep: dict, report: str) -> "HandIn":
@@ -56,7 +57,8 @@ class HandIn:
                    score=float(rep.get("score", 0.0)), max_score=float(rep.get("max_score", 0.0)),
                    functions=dict(rep.get("functions") or {}),
                    notes=tuple(rep.get("notes") or ()), isolated=bool(rep.get("isolated", False)),
-                   error=str(rep.get("error") or ""), report=report)
+                   error=str(rep.get("error") or ""), report=report,
+                   refused=str(rep.get("refused") or ""))
 
 
 def load_reports(reports: Path, page_dir: Optional[Path] = None) -> list[HandIn]:
@@ -256,11 +258,13 @@ def look_section(hand_ins: list[HandIn]) -> str:
     rows = []
     for h in sorted(hand_ins, key=lambda h: (h.student, h.assignment)):
         why = []
+        if h.refused:
+            why.append(f"refused (the hand-in's, not the grader's): {h.refused}")
         if h.error:
             why.append(f"not graded: {h.error}")
-        if not h.isolated:
+        if not h.isolated and not h.refused:
             why.append("graded without isolation")
-        if not h.functions and not h.error:
+        if not h.functions and not h.error and not h.refused:
             why.append("no graded function was found: its assignment could not be told")
         for fn, res in h.functions.items():
             if res.get("needs_regrade"):
@@ -324,10 +328,12 @@ def student_page(doc: dict) -> str:
     for asg, rep in sorted((doc.get("assignments") or {}).items()):
         parts.append(f"<h2>{_e(asg)}: {float(rep.get('score', 0)):g} of "
                      f"{float(rep.get('max_score', 0)):g}</h2>")
+        if rep.get("refused"):
+            parts.append(f"<p><b>refused before grading</b>: {_e(rep['refused'])}</p>")
         if rep.get("error"):
             parts.append(f"<p><b>not graded</b>: {_e(rep['error'])}</p>")
         notes = list(rep.get("notes") or ())
-        if not rep.get("isolated", True):
+        if not rep.get("isolated", True) and not rep.get("refused"):
             notes.insert(0, "graded without isolation")
         if notes:
             parts.append("<ul>" + "".join(f"<li>{_e(n)}</li>" for n in notes) + "</ul>")

@@ -45,9 +45,10 @@ def cell_of(function: str) -> str:
 def publish(reports: Iterable[dict], target: str, source: Path = ROOT / "source") -> int:
     """Write the scores of ``reports`` (grade-all's per-submission reports) into the gradebook
     at ``target``; returns the number of grades written. Every function of a graded assignment
-    gets a score: one the submission does not define, or a hand-in that could not be graded,
-    scores 0; one the grader failed on (``needs_regrade``) gets none and is marked for a look,
-    so formgrader shows it ungraded until a later run grades it."""
+    gets a score (one the submission does not define scores 0); one the grader failed on
+    (``needs_regrade``), and every function of a hand-in that was not graded (refused before
+    grading, or the grader failed on it whole), gets none and is marked for a look, so
+    formgrader shows it ungraded until a later run grades it: never a zero for it."""
     from nbgrader.api import Gradebook
 
     reports = [r for r in reports if r.get("assignment")]
@@ -68,7 +69,8 @@ def publish(reports: Iterable[dict], target: str, source: Path = ROOT / "source"
             for grade_id in grade_cells(asg, source):
                 name = grade_id[len("grade_"):]
                 grade = gb.find_grade(grade_id, asg, asg, student)
-                if functions.get(name, {}).get("needs_regrade"):
+                if functions.get(name, {}).get("needs_regrade") or rep.get("error") or \
+                        rep.get("refused"):
                     # the grader failed here: no auto-score, so formgrader shows it ungraded
                     grade.auto_score = None
                     grade.needs_manual_grade = True

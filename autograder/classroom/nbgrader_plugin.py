@@ -373,7 +373,7 @@ def write_autograded(course: Path, outcomes) -> list[Path]:
     for o in outcomes:
         rep, item = o.report, o.item
         if (not item.own_folder or item.path.suffix != ".ipynb" or rep.get("error")
-                or not rep.get("assignment")):
+                or rep.get("refused") or not rep.get("assignment")):
             continue
         dest = Path(course) / "autograded" / item.student / rep["assignment"] / item.path.name
         dest.parent.mkdir(parents=True, exist_ok=True)

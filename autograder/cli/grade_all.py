@@ -119,6 +119,12 @@ def _cmd(a) -> int:
           f"{len(outcomes) - len(graded)} unchanged since the last run; "
           f"{time.monotonic() - t0:.1f} s; CSV: {a.out}; class report: "
           f"{class_report_path(Path(a.out))}", file=sys.stderr)
+    refused = [o for o in outcomes if o.report.get("refused")]
+    for o in refused:  # the hand-in's own: a person fixes it, the grader cannot
+        print(f"refused: {o.item.key}: {o.report['refused']}", file=sys.stderr)
+    if refused:
+        print(f"{len(refused)} hand-in(s) refused before grading (the hand-in, not the grader: "
+              "listed under 'needs a look'); fix them and grade again", file=sys.stderr)
     regrade = [o for o in outcomes if o.report.get("needs_regrade")]
     failed = [o for o in outcomes if o.report.get("error")]
     if regrade or failed:
