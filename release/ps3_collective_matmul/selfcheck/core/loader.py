@@ -8,7 +8,8 @@ a time, each with a time limit, in a module registered in ``sys.modules`` as an 
 ``try: from jax import shard_map`` / ``except ImportError: ...`` of code written for several JAX
 versions; a print or a warning in such a block runs with it); top-level expressions, loops,
 ``with`` blocks, blocks doing anything else, demo assignments, cells that a cell magic makes
-shell or file text, shell and magic lines are skipped (a notebook's demos and prints have no
+shell or file text, shell and magic lines (read as Jupyter reads them, by IPython's own
+transformer) are skipped (a notebook's demos and prints have no
 business running at grading time). A statement that fails or hangs is skipped, so one bad cell
 costs only what depends on it.
 
@@ -33,11 +34,12 @@ from pathlib import Path
 from .clock import CLOCK
 from .errors import GradingTimeout, describe_error, time_limit
 
-_MAGIC = re.compile(r"^\s*[%!]")
 #: a cell magic that makes its cell something other than Python (``%%bash``, ``%%writefile``,
 #: ``%%html``, ...): the whole cell is skipped. The cell magics that run their cell as Python
 #: (timing, capturing output) leave it in.
 _CELL_MAGIC = re.compile(r"^\s*%%(\w+)")
+#: characters without which a cell holds no IPython syntax
+_IPYTHON_CHARS = re.compile(r"[%!?]")
 _PYTHON_CELL_MAGICS = {"time", "timeit", "capture", "prun", "debug", "python", "python3"}
 _KEEP = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 #: methods whose call at top level finishes defining a function (``f.defvjp(fwd, bwd)`` of a
@@ -78,13 +80,31 @@ def source_chunks(path: Path) -> list[tuple[str, str]]:
             src = ("".join(str(x) for x in src) if isinstance(src, list)
                    else src if isinstance(src, str) else "")
             lines = src.splitlines()
-            magic = _CELL_MAGIC.match(next((l for l in lines if l.strip()), ""))
+            first = next((k for k, l in enumerate(lines) if l.strip()), None)
+            magic = _CELL_MAGIC.match(lines[first]) if first is not None else None
             if magic and magic.group(1) not in _PYTHON_CELL_MAGICS:
                 continue
-            lines = [("pass" if _MAGIC.match(l) else l) for l in lines]
-            chunks.append((f"cell {i + 1}", "\n".join(lines)))
+            if magic:  # %%time and the like run the rest of the cell as Python
+                lines[first] = ""
+            chunks.append((f"cell {i + 1}", _python_of("\n".join(lines))))
         return chunks
     return [(path.name, text)]
+
+
+def _python_of(cell: str) -> str:
+    """A cell's IPython syntax as the Python Jupyter runs (IPython's own transformer): a magic,
+    ``!cmd``, ``x = !cmd``, ``x = %timeit -o ...`` or ``name?`` becomes a ``get_ipython()``
+    call, which loading then skips like any other top-level call; a ``%`` that continues an
+    expression (``(shift\n % rows)``) stays the operator it is. A cell IPython cannot read is
+    left as it is, for the parser to name its error."""
+    if not _IPYTHON_CHARS.search(cell):
+        return cell  # plain Python (most cells): IPython is not even imported
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    try:
+        return TransformerManager().transform_cell(cell)
+    except Exception:  # noqa: BLE001 - a SyntaxError of the student's, noted when parsed
+        return cell
 
 
 def written_names(path: Path) -> set[str]:
