@@ -196,3 +196,21 @@ def test_ipython_syntax_is_read_as_jupyter_reads_it(tmp_path):
     assert loaded.function("f")(7, 4) == 3 and loaded.function("g")() == 2
     assert loaded.function("t")() == 3
     assert "out" not in loaded.namespace and "res" not in loaded.namespace  # demos: not run
+
+
+def test_a_skipped_statement_that_changes_what_a_function_reads_is_said(tmp_path):
+    """A top-level loop filling a table, a call filling a list and an augmented assignment are
+    not run at grading time (the notebook ran them): the student is told which statement and
+    which name, where a graded function reads it. Demos, prints and plots say nothing."""
+    p = tmp_path / "s.py"
+    p.write_text(
+        "import math\nSIGN = {}\nfor k in range(3):\n    SIGN[k] = 1.0\n"
+        "ROWS = []\nROWS.append(2)\nK = 1\nK += 1\n"
+        "def f(i):\n    return SIGN[i] * len(ROWS) * K * math.pi\n"
+        "print(f(0))\nresults = [f(i) for i in range(2)]\nmath.floor(1.5)\n"
+        "f.__doc__ = 'demo'\n")
+    loaded = load(p, keep_names=frozenset({"f"}))
+    said = " | ".join(loaded.notes)
+    assert len(loaded.notes) == 3, loaded.notes
+    assert "line 3: not run at grading time" in said and "changes SIGN, which f reads" in said
+    assert "changes ROWS" in said and "changes K" in said
