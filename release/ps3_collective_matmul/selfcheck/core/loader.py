@@ -221,10 +221,12 @@ def _defines(node: ast.stmt) -> set[str]:
     return _targets(node)
 
 
-def _kept_statements(chunks, notes, keep_names=frozenset()) -> tuple[list, dict]:
+def _kept_statements(chunks, notes, keep_names=frozenset(),
+                     skipped: list | None = None) -> tuple[list, dict]:
     """``([(label, statement), ...], reads)``: the statements loading runs, in order, and, by
     the ``id`` of each statement kept, the module-level names it reads (:func:`_global_reads`,
-    read once here; a statement too deep to read is noted and left out)."""
+    read once here; a statement too deep to read is noted and left out). ``skipped``, where
+    given, receives the top-level statements loading never runs."""
     kept, reads = [], {}
     for label, code in chunks:
         try:
@@ -235,6 +237,8 @@ def _kept_statements(chunks, notes, keep_names=frozenset()) -> tuple[list, dict]
             continue
         for node in tree.body:
             if _kind(node) is None:
+                if skipped is not None:
+                    skipped.append((label, node))
                 continue
             try:
                 reads[id(node)] = _global_reads(node)
@@ -308,6 +312,25 @@ class _Relevance:
         roots = set(keep_names) or set().union(*(_functions(node) for _, node in statements))
         #: graded name -> the module-level names it needs
         self.needs = {r: deps.closure({r}) for r in sorted(roots)}
+        #: the functions, classes and modules it defines or imports: a call on one
+        #: (``jax.block_until_ready(out)``, ``np.set_printoptions(...)``) changes no value
+        self.functions = set().union(*(_functions(node) for _, node in statements)) | {
+            n for _, node in statements if isinstance(node, (ast.Import, ast.ImportFrom))
+            for n in _defines(node)}
+
+    def skipped_note(self, where: str, node: ast.stmt) -> str | None:
+        """Information about a top-level statement loading skips (a loop, a call) that would
+        change a value some graded function reads, else None."""
+        changed = sorted(n for n in _changes(node) if n not in self.functions and
+                         any(n in need for need in self.needs.values()))
+        if not changed:
+            return None
+        users = [g for g, need in self.needs.items() if set(changed) & need]
+        return (f"{where}: not run at grading time (a submission's imports, definitions and the "
+                f"assignments they need run; loops, calls and other statements do not), but it "
+                f"changes {_listing(changed)}, which {_listing(users)} read"
+                f"{'s' if len(users) == 1 else ''}: compute {_listing(changed)} in one "
+                f"assignment (a comprehension, or a function that returns it)")
 
     def note(self, where: str, node: ast.stmt, error: BaseException) -> str | None:
         """Information about a statement that raised, or None where no graded function needs
@@ -323,6 +346,34 @@ class _Relevance:
         if set(users) <= names:
             return f"{head} could not be graded"
         return f"{head} {'is' if len(missing) == 1 else 'are'} undefined for {_listing(users)}"
+
+
+def _changes(node: ast.stmt) -> set[str]:
+    """The module-level names a statement loading skips would change had it run: ``T[k] = v``,
+    ``T.x = v``, ``N += 1``, ``for N in ...``, ``T.append(...)`` (outside the functions and
+    classes it defines)."""
+    names: set[str] = set()
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        if isinstance(n, (ast.Subscript, ast.Attribute)) and \
+                isinstance(n.ctx, (ast.Store, ast.Del)):
+            base = n.value
+            while isinstance(base, (ast.Subscript, ast.Attribute)):
+                base = base.value
+            if isinstance(base, ast.Name):
+                names.add(base.id)
+        elif isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name):
+            names.add(n.target.id)
+        elif isinstance(n, (ast.For, ast.AsyncFor)):
+            names |= {t.id for t in ast.walk(n.target) if isinstance(t, ast.Name)}
+        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and \
+                isinstance(n.func.value, ast.Name):
+            names.add(n.func.value.id)
+        todo.extend(ast.iter_child_nodes(n))
+    return names
 
 
 def _listing(names) -> str:
@@ -351,8 +402,13 @@ def load(path: str | Path, *, statement_timeout: float = 20.0, total_timeout: fl
     if builtins_dict is not None:
         ns["__builtins__"] = builtins_dict
     deadline = CLOCK.deadline(total_timeout)
-    statements, reads = _kept_statements(chunks, notes, keep_names)
+    skipped: list = []
+    statements, reads = _kept_statements(chunks, notes, keep_names, skipped)
     relevance = _Relevance(statements, reads, keep_names)
+    for label, node in skipped:  # said, since the student's own notebook did run it
+        note = relevance.skipped_note(f"{label} line {node.lineno}", node)
+        if note is not None:
+            notes.append(note)
     for index, (label, node) in enumerate(statements):
         where = f"{label} line {node.lineno}"
         if index in skip:
