@@ -83,3 +83,27 @@ def test_list_prints_the_bar_of_named_functions():
     assert bar(registry.get("roll_diff")).text() in r.stdout
     bad, _ = run_cli("list", "not_a_function")
     assert bad.returncode == 2 and "not_a_function" in bad.stderr
+
+
+def test_grade_takes_a_students_own_folder_as_grade_all_does(tmp_path):
+    """A hand-in importing a helper module beside it: in nbgrader's submitted/<student>/
+    <assignment>/ layout (or with --with-folder) ``grade`` gives it the files of its folder, as
+    grade-all does, so one student graded alone gets the class run's grade; a file in any other
+    folder is graded alone (its neighbours may be other students')."""
+    helper = (ROOT / "solutions" / "ps1_sharding.py").read_text()
+    handin = "from my_helpers import roll_diff, shard_average_jit, shard_average_shard_map\n"
+    own = tmp_path / "submitted" / "zoe" / "ps1_sharding"
+    flat = tmp_path / "flat"
+    for d in (own, flat):
+        d.mkdir(parents=True)
+        (d / "my_helpers.py").write_text(helper)
+        (d / "ps1_sharding.py").write_text(handin)
+
+    def score(path, *extra):
+        p, _ = run_cli("grade", str(path), "--json", "--no-speed", "--quick", *extra)
+        assert p.returncode == 0, p.stderr
+        return json.loads(p.stdout)["score"]
+
+    assert score(own / "ps1_sharding.py") == 10
+    assert score(flat / "ps1_sharding.py") == 0
+    assert score(flat / "ps1_sharding.py", "--with-folder") == 10

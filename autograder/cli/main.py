@@ -29,17 +29,28 @@ LOAD_S = 120.0
 def grade_path(submission: Path, assignment: str | None = None, *, quick: bool = False,
                seed: int | None = None, with_speed: bool = True, timeout: float | None = None,
                log=None, limits=None, cache_dir=None, isolation: bool = True,
-               only=None) -> SubmissionResult:
+               only=None, folder: bool = False) -> SubmissionResult:
     """Grade one submission: student code in the sandbox, verdicts in a trusted process (see
-    :mod:`autograder.supervisor`)."""
+    :mod:`autograder.supervisor`). ``folder``: the file's folder is the student's own, and its
+    other files (helpers, the ``selfcheck`` package) go into the sandbox with it."""
     from ..supervisor import supervise as sandbox
 
     lim = limits or sandbox.Limits(per_function_s=PER_FUNCTION_S, load_s=LOAD_S)
     if timeout:
         lim.per_submission_s = timeout
     opts = sandbox.Options(assignment=assignment, quick=quick, seed=seed, with_speed=with_speed,
-                           cache_dir=cache_dir, limits=lim, isolation=isolation, only=only)
+                           cache_dir=cache_dir, limits=lim, isolation=isolation, only=only,
+                           folder=folder)
     return sandbox.grade_submission(Path(submission), opts, log=log)
+
+
+def in_own_folder(path: Path) -> bool:
+    """Whether ``path`` lies in nbgrader's layout, ``submitted/<student>/<assignment>/``, whose
+    folder is the student's own (grade-all grades it with its other files)."""
+    from ..course import registry
+
+    parts = path.resolve().parts
+    return (len(parts) >= 4 and parts[-4] == "submitted" and parts[-2] in registry.assignments())
 
 
 def _cmd_grade(a) -> int:
@@ -49,9 +60,13 @@ def _cmd_grade(a) -> int:
     if not path.exists():
         print(f"no such file: {path}", file=sys.stderr)
         return 2
+    folder = a.with_folder or in_own_folder(path)
+    if folder and not a.json:
+        print(f"graded with the other files of {path.parent} (the student's own folder), as "
+              "grade-all grades it", file=sys.stderr)
     try:
         res = grade_path(path, a.assignment, quick=a.quick, seed=a.seed,
-                         with_speed=not a.no_speed, isolation=not a.no_isolation)
+                         with_speed=not a.no_speed, isolation=not a.no_isolation, folder=folder)
     except (ValueError, IsolationUnavailable) as e:
         return refuse(e)
     if a.json:
@@ -92,6 +107,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--json", action="store_true", help="print one JSON object")
     g.add_argument("--quick", action="store_true", help="fewer meshes and cases")
     g.add_argument("--no-speed", action="store_true", help="skip the speed check")
+    g.add_argument("--with-folder", action="store_true",
+                   help="the file's folder is the student's own: its other files (helpers, "
+                   "selfcheck/) go into the sandbox with it (automatic in nbgrader's "
+                   "submitted/<student>/<assignment>/ layout, as in grade-all)")
     add_trust_options(g)
     g.set_defaults(func=_cmd_grade)
     from .grade_all import add_parser as _add_batch_parser
