@@ -677,9 +677,9 @@ def test_grade_all_reads_only_regular_files_and_keeps_students_apart(tmp_path):
     assert "out" in done, "grade-all did not finish"
     by = {o.item.path.name: o.report for o in done["out"]}
     assert by["ann_ps1_sharding.py"]["score"] == 10.0
-    assert "is a link" in by["mallory_ps1_sharding.py"]["error"]
+    assert "is a link" in by["mallory_ps1_sharding.py"]["refused"]  # the hand-in's, not ours
     for name in ("bob_ps1_sharding.py", "bob_ps1_sharding_.py"):
-        err = by[name]["error"]
+        err = by[name]["refused"]
         assert "two hand-ins" in err and "bob_ps1_sharding_.py" in err, err
     with open(tmp_path / "f" / "g.csv") as f:
         students = [r["student"] for r in csv.DictReader(f)]
@@ -702,4 +702,4 @@ def test_grade_all_reads_only_regular_files_and_keeps_students_apart(tmp_path):
     assert "nb" in done, "grade-all did not finish (a link to /proc/kmsg blocked it?)"
     by = {o.item.student: o.report for o in done["nb"]}
     assert by["cid"]["score"] == 10.0
-    assert "is a link" in by["dee"]["error"] and "is a link" in by["eve"]["error"]
+    assert "is a link" in by["dee"]["refused"] and "is a link" in by["eve"]["refused"]

@@ -351,7 +351,7 @@ def flatten(jaxpr, *, count: int | None = 1, depth: int = 0, in_shard_map: bool 
         in_avals = [getattr(v, "aval", None) for v in eqn.invars]
         out_avals = [v.aval for v in eqn.outvars]
         if name not in ("scan", "while", "shard_map", "pjit", "jit", "cond", "closed_call",
-                        "custom_jvp_call", "custom_vjp_call", "remat", "checkpoint",
+                        "custom_jvp_call", "custom_vjp_call", "remat", "remat2", "checkpoint",
                         "composite"):
             ops.append(Op(
                 prim=name, kind=kind, axes=_axes_of(params) if kind else (),
