@@ -61,7 +61,8 @@ def _in_loops(comps: dict, entry: str) -> dict[str, bool]:
             for key in _CALLS + _LOOP_CALLS:
                 for callee in re.findall(r"%?([\w.\-]+)", ins.attrs.get(key, "").strip("{}")):
                     todo.append((callee, loop or key in _LOOP_CALLS))
-    return {name: any(n == name and lp for n, lp in seen) for name, _ in seen}
+    looped = {name for name, loop in seen if loop}
+    return {name: name in looped for name, _ in seen}
 
 
 def _axes(coords: list[np.ndarray], names: tuple[str, ...]) -> tuple[str, ...]:

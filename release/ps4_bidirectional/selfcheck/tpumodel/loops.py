@@ -402,13 +402,12 @@ class CountedRun:
         entry, so a loop whose count varies between entries is modeled at its longest, never
         at a mean that one long entry and many empty ones would make small."""
         loops = [(t, v) for t, v in zip(self.tags, self.values, strict=True)
-                 if t.kind in ("trips", "entries", "most")]
+                 if t.kind == "most"]  # every loop has one (a sum and an entry count beside)
         if not loops:
             return ()
-        n = 1 + max(t.loop for t, _ in loops)
-        most = np.zeros(n, np.int64)
+        most = np.zeros(1 + max(t.loop for t, _ in loops), np.int64)
         for tag, v in loops:
-            if tag.kind == "most" and v.size:
+            if v.size:
                 most[tag.loop] = max(most[tag.loop], int(v.max()))
         return tuple(int(m) for m in most)
 
