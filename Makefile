@@ -1,7 +1,7 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo   create .venv, rebuild source/ and release/, autograde a demo class, print grades
 #   make test   create .venv and run the whole test suite on the oldest supported JAX
-#   make test-latest   the same suite on the newest JAX, in .venv-latest (CI runs both)
+#   make test-latest   the suite's JAX tests on the newest JAX, in .venv-latest (CI runs both)
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -44,7 +44,7 @@ test: $(STAMP) isolation browser  ## the layer contracts, then the whole suite, 
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q tests autograder/tests
 
-test-latest: isolation browser  ## the whole suite on the newest JAX (.venv-latest, the newest Python here it supports)
+test-latest: isolation browser  ## every test but the orchestration ones, on the newest JAX (.venv-latest, the newest Python here it supports)
 	tools/test_latest.sh
 
 wheel: $(STAMP)  ## dist/jax_scaling_course-<version>-py3-none-any.whl, installable with no package index

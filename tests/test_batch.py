@@ -17,6 +17,9 @@ import pytest
 from autograder.classroom.batch import discover, grade_all
 from autograder.supervisor.options import Limits, Options
 
+#: about processes, files and packaging, not JAX: make test-latest leaves it to make test
+pytestmark = pytest.mark.orchestration
+
 CLASS = Path(__file__).parent / "fixtures" / "class"
 FULL = {"shard_average_jit": 3.0, "shard_average_shard_map": 3.0, "roll_diff": 4.0}
 EXPECTED = {

@@ -5,7 +5,12 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from conftest import FIXTURES, ROOT
+
+#: about processes, files and packaging, not JAX: make test-latest leaves it to make test
+pytestmark = pytest.mark.orchestration
 
 
 def run_cli(*args, timeout=400, env_extra=None):

@@ -19,6 +19,9 @@ from pathlib import Path
 
 import pytest
 
+#: about processes, files and packaging, not JAX: make test-latest leaves it to make test
+pytestmark = pytest.mark.orchestration
+
 distributed = pytest.importorskip("distributed")
 
 from autograder.classroom import batch, cluster  # noqa: E402

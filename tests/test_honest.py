@@ -22,6 +22,9 @@ from autograder.course import registry
 from autograder.isolation import sandbox as isolation
 from autograder.judge import channel, grading
 
+#: about processes, files and packaging, not JAX: make test-latest leaves it to make test
+pytestmark = pytest.mark.orchestration
+
 ROOT = Path(__file__).resolve().parent.parent
 WORKERS = Path(__file__).resolve().parent / "fixtures" / "workers"
 

@@ -9,6 +9,9 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
+#: about processes, files and packaging, not JAX: make test-latest leaves it to make test
+pytestmark = pytest.mark.orchestration
+
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):

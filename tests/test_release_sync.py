@@ -10,6 +10,9 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
+#: about processes, files and packaging, not JAX: make test-latest leaves it to make test
+pytestmark = pytest.mark.orchestration
+
 ASSIGNMENTS = sorted(p.stem for p in (ROOT / "notebooks").glob("ps*.py"))
 
 

@@ -12,6 +12,9 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
+#: about processes, files and packaging, not JAX: make test-latest leaves it to make test
+pytestmark = pytest.mark.orchestration
+
 #: a hand-in that is right only where the course's baselines cannot be read from the sandbox
 PEEK = '''\
 import glob, sys
