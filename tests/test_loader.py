@@ -214,3 +214,25 @@ def test_a_skipped_statement_that_changes_what_a_function_reads_is_said(tmp_path
     assert len(loaded.notes) == 3, loaded.notes
     assert "line 3: not run at grading time" in said and "changes SIGN, which f reads" in said
     assert "changes ROWS" in said and "changes K" in said
+
+
+def test_a_skipped_call_of_the_submissions_own_function_that_fills_a_global_is_said(tmp_path):
+    """``build(4)`` at the top level is skipped like any call; where the helper binds a
+    ``global`` or mutates a module-level table a graded function reads, the student is told.
+    A call of a helper that changes only its own locals, or of the graded function, says
+    nothing."""
+    p = tmp_path / "s.py"
+    p.write_text(
+        "TABLE = {}\nSCALE = 1.0\n"
+        "def fill(n):\n    for k in range(n):\n        TABLE[k] = k\n"
+        "def set_scale(v):\n    global SCALE\n    SCALE = v\n"
+        "def both(n):\n    fill(n)\n    set_scale(2.0)\n"
+        "def pure(n):\n    TABLE = {}\n    TABLE[0] = n\n    return TABLE\n"
+        "def f(i):\n    return TABLE[i] * SCALE\n"
+        "fill(4)\nset_scale(3.0)\nboth(2)\npure(1)\nprint(f(0))\n")
+    loaded = load(p, keep_names=frozenset({"f"}))
+    assert len(loaded.notes) == 3, loaded.notes
+    line = {int(n.split("line ")[1].split(":")[0]): n for n in loaded.notes}
+    assert "changes TABLE, which f reads" in line[18]
+    assert "changes SCALE, which f reads" in line[19]
+    assert "changes SCALE and TABLE, which f reads" in line[20]
