@@ -317,11 +317,14 @@ class _Relevance:
         self.functions = set().union(*(_functions(node) for _, node in statements)) | {
             n for _, node in statements if isinstance(node, (ast.Import, ast.ImportFrom))
             for n in _defines(node)}
+        #: the submission's own top-level functions: a call of one changes what its body does
+        self.defs = {node.name: node for _, node in statements
+                     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
 
     def skipped_note(self, where: str, node: ast.stmt) -> str | None:
         """Information about a top-level statement loading skips (a loop, a call) that would
         change a value some graded function reads, else None."""
-        changed = sorted(n for n in _changes(node) if n not in self.functions and
+        changed = sorted(n for n in _changes(node, self.defs) if n not in self.functions and
                          any(n in need for need in self.needs.values()))
         if not changed:
             return None
@@ -348,11 +351,13 @@ class _Relevance:
         return f"{head} {'is' if len(missing) == 1 else 'are'} undefined for {_listing(users)}"
 
 
-def _changes(node: ast.stmt) -> set[str]:
+def _changes(node: ast.AST, defs=None, seen=frozenset()) -> set[str]:
     """The module-level names a statement loading skips would change had it run: ``T[k] = v``,
     ``T.x = v``, ``N += 1``, ``for N in ...``, ``T.append(...)`` (outside the functions and
-    classes it defines)."""
+    classes it defines), and what a call of one of the submission's own functions (``defs``,
+    name -> definition) changes: its ``global`` names and the module-level values it mutates."""
     names: set[str] = set()
+    defs = defs or {}
     todo = [node]
     while todo:
         n = todo.pop()
@@ -372,8 +377,25 @@ def _changes(node: ast.stmt) -> set[str]:
         elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and \
                 isinstance(n.func.value, ast.Name):
             names.add(n.func.value.id)
+        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and \
+                n.func.id in defs and n.func.id not in seen:
+            names |= _function_changes(defs[n.func.id], defs, seen | {n.func.id})
         todo.extend(ast.iter_child_nodes(n))
     return names
+
+
+def _function_changes(fn, defs, seen) -> set[str]:
+    """The module-level names a call of ``fn`` changes: those it declares ``global`` and binds,
+    and those it mutates without binding them locally (its parameters and locals are its own)."""
+    declared = {name for n in ast.walk(fn) if isinstance(n, ast.Global) for name in n.names}
+    args = fn.args
+    params = {a.arg for a in args.posonlyargs + args.args + args.kwonlyargs}
+    params |= {a.arg for a in (args.vararg, args.kwarg) if a is not None}
+    bound = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)
+             and isinstance(n.ctx, (ast.Store, ast.Del))}
+    local = (params | bound) - declared
+    changed = set().union(*(_changes(stmt, defs, seen) for stmt in fn.body))
+    return {n for n in changed if n not in local} | (bound & declared)
 
 
 def _listing(names) -> str:
