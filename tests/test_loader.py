@@ -217,7 +217,7 @@ def test_a_skipped_statement_that_changes_what_a_function_reads_is_said(tmp_path
 
 
 def test_a_skipped_call_of_the_submissions_own_function_that_fills_a_global_is_said(tmp_path):
-    """``build(4)`` at the top level is skipped like any call; where the helper binds a
+    """``fill(4)`` at the top level is skipped like any call; where the helper binds a
     ``global`` or mutates a module-level table a graded function reads, the student is told.
     A call of a helper that changes only its own locals, or of the graded function, says
     nothing."""
