@@ -27,6 +27,13 @@ from typing import Callable, Optional
 import numpy as np
 
 from ..core.compare import copies_disagree, genuine_array, sharding_problem
+from ..core.compiling import (
+    FAST_CPU_COMPILE,
+    MEMORY_CPU_COMPILE,
+    SPEED_CPU_COMPILE,
+    on_cpu,
+    runner,
+)
 from ..core.devices import platform as current_platform
 from ..core.errors import GradingTimeout, describe_error, time_limit
 from ..core.files import replaced
@@ -214,47 +221,6 @@ def _bind(problem: Problem, fn, mesh) -> Callable:
     return functools.partial(fn, mesh=mesh) if problem.uses_mesh else fn
 
 
-#: XLA:CPU compiles a small program about 3x faster without LLVM's heavy optimisations and
-#: with its classic fusion emitters instead of the newer MLIR ones, and a further 15-20% faster
-#: in one piece (no parallel codegen split, whose threads cost more than they save on a small
-#: program); the numerics runs use this (the program XLA's HLO passes produce is the same;
-#: only the machine code differs). Options this XLA does not know are left out (see
-#: :func:`cpu_options`).
-FAST_CPU_COMPILE = {"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitters": False,
-                    "xla_cpu_parallel_codegen_split_count": 1,
-                    "xla_llvm_disable_expensive_passes": True}
-#: the memory check's compile: XLA's own passes (fusion, buffer assignment) as in a normal
-#: compile, so its temp bytes are the real ones; only LLVM's optimisation level is lowered
-MEMORY_CPU_COMPILE = {"xla_backend_optimization_level": 0}
-#: the speed case's compile on CPU: its program runs once on big arrays (its values are
-#: checked), where LLVM's O0 code costs more than the compile saves (moe_jit's buffers: 8.6 s
-#: at O0 against 0.3 + 1.8 s here); O1 keeps most of that run at a fraction of O2's compile.
-#: The partitioned module the TPU model reads is the same at every level.
-SPEED_CPU_COMPILE = {"xla_backend_optimization_level": 1, "xla_cpu_use_fusion_emitters": False}
-
-
-@functools.lru_cache(maxsize=None)
-def _known_option(name: str, value) -> bool:
-    import jax
-
-    try:
-        jax.jit(lambda v: v + 1).lower(np.float32(1)).compile({name: value})
-        return True
-    except Exception:  # noqa: BLE001 - "No such compile option" on an XLA without it
-        return False
-
-
-def cpu_options(options: dict) -> dict:
-    """``options`` without those this version of XLA does not accept."""
-    return {k: v for k, v in options.items() if _known_option(k, v)}
-
-
-def on_cpu(options: dict) -> Optional[dict]:
-    """``options`` (:func:`cpu_options`) where the course meshes are emulated on CPU; None (as
-    XLA would compile) on an accelerator."""
-    return cpu_options(options) if current_platform() == "cpu" else None
-
-
 def compile_for(problem: Problem, fn, mesh, args, *, baseline: bool = False,
                 options: Optional[dict] = None):
     """jit + lower + compile trusted ``fn`` (the jit baseline) for these placed args."""
@@ -266,18 +232,6 @@ def compile_for(problem: Problem, fn, mesh, args, *, baseline: bool = False,
         kw["out_shardings"] = NamedSharding(mesh, problem.out_spec)
     jitted = jax.jit(_bind(problem, fn, mesh), static_argnums=problem.static_argnums, **kw)
     return jitted.lower(*args).compile(options)
-
-
-def _runner(cpu: dict) -> Callable:
-    """``run(fn, args)`` for the instrumented (counting) programs: compiled with ``cpu``'s
-    options on CPU (they are read and run once, never timed), as XLA would elsewhere."""
-    def run(fn, args):
-        import jax
-
-        lowered = jax.jit(fn).lower(*args)
-        return lowered.compile(on_cpu(cpu))(*args)
-
-    return run
 
 
 def speed_options() -> Optional[dict]:
@@ -534,7 +488,7 @@ class Programs:
 
             art = self.artifact(layout, case)
             return count_run(art.exported, _dynamic(self.plan.problem, args),
-                             run=_runner(SPEED_CPU_COMPILE))
+                             run=runner(SPEED_CPU_COMPILE))
 
         return self._once((self.plan.request(layout, case).id, "counted"), make)
 
@@ -726,7 +680,7 @@ def read_structure(att: checks.Attempt, exported, mesh, compiled_text: str, dyna
     try:
         with student_work():
             paths = read_paths(exported, mesh, compiled_text, dynamic, att.case.args,
-                               run=_runner(FAST_CPU_COMPILE), count=count)
+                               run=runner(FAST_CPU_COMPILE), count=count)
     except (GraderFault, GradingTimeout, KeyboardInterrupt):
         raise
     except Exception as e:  # noqa: BLE001 - the reader and its instrumented copy are ours
