@@ -27,6 +27,7 @@ from ..core.compare import (
     sharding_problem,
     values_message,
 )
+from ..core.compiling import FAST_CPU_COMPILE, on_cpu, runner
 from ..core.loader import load
 from ..core.meshes import make_mesh
 from ..course.reading import export_for_reading, read_paths
@@ -41,11 +42,14 @@ PUBLIC: dict = {}
 
 
 def _table() -> dict:
-    if PUBLIC:
-        return PUBLIC
-    from ..course import (
-        registry,  # the course package (a copied package has PUBLIC filled)
-    )
+    return PUBLIC or _course_table()
+
+
+@functools.cache
+def _course_table() -> dict:
+    """The table inside the course package (a copied package has :data:`PUBLIC` filled), made
+    once per process: an entry's memory bar draws the big memory case to read its bound."""
+    from ..course import registry
 
     return {p.name: public_entry(p) for p in registry.problems()}
 
@@ -203,15 +207,14 @@ def problem(name: str):
 HIDDEN = {"memory": "its memory", "speed": "its speed"}
 
 
-def _structure(rules, f, placed, static, mesh, prob, inputs) -> str | None:
+def _structure(rules, f, placed, static, mesh, prob, inputs, compiled: str) -> str | None:
     """The registry's structure rules on the program ``f`` is, read as the grader reads it
     (:mod:`autograder.course.reading`: its exported StableHLO, loops and branches counted on
-    the case ``inputs``): None when they hold, else what to change."""
-    import jax
-
+    the case ``inputs``; ``compiled``: the text of its compiled module): None when they hold,
+    else what to change."""
     exported, dynamic = export_for_reading(f, placed, static)
-    compiled = jax.jit(f, static_argnums=static).lower(*placed).compile().as_text()
-    paths = read_paths(exported, mesh if prob.uses_mesh else None, compiled, dynamic, inputs)
+    paths = read_paths(exported, mesh if prob.uses_mesh else None, compiled, dynamic, inputs,
+                       run=runner(FAST_CPU_COMPILE))
     if paths.error is not None:
         return f"structure: {paths.error}"
     for devices, res in paths.judge(rules, mesh, prob):
@@ -329,7 +332,11 @@ def check(name: str, fn, *, layouts=((2, 4), (4, 2), (1, 8), (8, 1)), cases: int
                                  for k, a in zip(spec["args"], args)) + label)
             f = functools.partial(fn, mesh=mesh) if spec["uses_mesh"] else fn
             with _time_limit(time_limit, where):
-                out = jax.jit(f, static_argnums=static)(*placed)
+                # compiled as the grader compiles its numerics programs (on CPU: without
+                # LLVM's heavy passes, about 3x quicker to compile; elsewhere as XLA would)
+                compiled = jax.jit(f, static_argnums=static).lower(*placed).compile(
+                    on_cpu(FAST_CPU_COMPILE))
+                out = compiled(*[a for i, a in enumerate(placed) if i not in static])
             try:
                 out = genuine_array(out)
             except TypeError as e:
@@ -342,7 +349,8 @@ def check(name: str, fn, *, layouts=((2, 4), (4, 2), (1, 8), (8, 1)), cases: int
                 msg = values_message(msg, copies_disagree(out, mesh, spec["rtol"], spec["atol"]))
                 msg = msg or sharding_problem(out, mesh, out_spec)
             if msg is None and rules and args is runs[0][0]:  # structure: once per mesh
-                msg = _structure(rules, f, placed, static, mesh, problem(name), args)
+                msg = _structure(rules, f, placed, static, mesh, problem(name), args,
+                                 compiled.as_text())
             if msg is not None:
                 raise CheckFailed(f"{where}: {msg} (cases drawn with seed={seed}: "
                                      f"check({name!r}, fn, seed={seed}) draws them again)")
