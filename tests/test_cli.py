@@ -112,3 +112,17 @@ def test_grade_takes_a_students_own_folder_as_grade_all_does(tmp_path):
     assert score(own / "ps1_sharding.py") == 10
     assert score(flat / "ps1_sharding.py") == 0
     assert score(flat / "ps1_sharding.py", "--with-folder") == 10
+
+
+def test_seed_help_says_where_each_command_draws_its_inputs():
+    """grade draws a fresh seed per run; grade-all in a course folder uses the folder's own
+    (.autograder/seed, shared with nbgrader autograde), and its help says so."""
+    from autograder.cli.main import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "cmd")
+    seed_help = {name: next(a.help for a in p._actions if a.dest == "seed")
+                 for name, p in sub.choices.items() if name in ("grade", "grade-all")}
+    assert ".autograder/seed" in seed_help["grade-all"]
+    assert "flat folder" in seed_help["grade-all"]
+    assert ".autograder/seed" not in seed_help["grade"]
+    assert "fresh secret seed" in seed_help["grade"]

@@ -24,9 +24,9 @@ def add_parser(sub) -> None:
                    "class keeps its reports, and the CSV still lists everyone")
     g.add_argument("--quick", action="store_true", help="fewer meshes and cases")
     g.add_argument("--no-speed", action="store_true", help="skip the speed check")
-    from .options import add_trust_options
+    from .options import SEED_HELP_GRADE_ALL, add_trust_options
 
-    add_trust_options(g)
+    add_trust_options(g, SEED_HELP_GRADE_ALL)
     g.add_argument("--function-timeout", type=float, default=150.0,
                    help="seconds per graded function (default 150)")
     g.add_argument("--load-timeout", type=float, default=120.0,

@@ -15,8 +15,15 @@ def refuse(e: Exception) -> int:
     return 2
 
 
-def add_trust_options(g) -> None:
-    g.add_argument("--seed", type=int, default=None,
-                   help="fix the input seed (default: a fresh secret seed for every run)")
+#: where ``grade``'s inputs come from when no ``--seed`` is given
+SEED_HELP_GRADE = "fix the input seed (default: a fresh secret seed for every run)"
+#: and ``grade-all``'s: a course folder keeps one seed for both grading paths (classroom/seed.py)
+SEED_HELP_GRADE_ALL = ("fix the input seed (default: an nbgrader course folder's own secret "
+                       "seed, kept in <course>/.autograder/seed and shared with nbgrader "
+                       "autograde; a flat folder: a fresh secret seed for every run)")
+
+
+def add_trust_options(g, seed_help: str = SEED_HELP_GRADE) -> None:
+    g.add_argument("--seed", type=int, default=None, help=seed_help)
     g.add_argument("--no-isolation", action="store_true",
                    help="run student code without the sandbox (every report then says so)")
