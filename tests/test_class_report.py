@@ -95,3 +95,61 @@ def test_histogram_counts_are_whole_numbers():
     ticks = [t for t in ax.get_yticks() if 0 <= t <= 2]
     assert ticks and all(float(t).is_integer() for t in ticks)
     plt.close(fig)
+
+
+def test_hand_ins_without_a_grade_stay_out_of_the_mean_and_say_why():
+    """A hand-in refused before grading (a renamed notebook) and one the grader failed on have
+    no grade: the class mean is of the graded ones, and their totals read "refused" and "needs
+    regrade", never "0 / 0" or a 0 that reads as one."""
+    refused = cr.HandIn.from_report(
+        {"student": "dee", "assignment": "ps3_collective_matmul", "score": 0.0,
+         "max_score": 0.0, "functions": {}, "refused": "renamed: ps3 (1).ipynb"}, "r/dee.html")
+    regrade = cr.HandIn.from_report(
+        {"student": "eli", "assignment": "ps3_collective_matmul", "score": 0.0,
+         "max_score": 5.0, "needs_regrade": ["matmul_reducescatter"], "isolated": True,
+         "functions": {"matmul_reducescatter": {"score": 0.0, "max_score": 5.0, "checks": [],
+                                                "needs_regrade": "the judge crashed"}}},
+        "r/eli.html")
+    scores = cr.scores_section(CLASS + [refused, regrade])
+    # ann 5, bo 3.5, cy 3.5: mean 4.00 (with the two as zeros it would be 2.40)
+    assert "<td>5</td><td>3</td><td>4.00</td><td>3.50</td><td>5</td>" in scores, scores[:600]
+    every = cr.students_section(CLASS + [refused, regrade])
+    assert '<td class="total">refused</td><td class="max"></td>' in every
+    assert '<td class="total">needs regrade</td><td class="max">5</td>' in every
+    assert cr.totals({"score": 2.954545, "max_score": 3.0, "functions": {"f": {}}}) == (2.95, 3.0)
+
+
+def test_the_csv_shows_a_grade_only_where_there_is_one(tmp_path):
+    """grade-all's CSV: scores to two decimals (the JSON report keeps them exact), "needs
+    regrade" as the total of a hand-in the grader failed on in part (not the part's sum, which
+    reads as a grade), "refused" for one refused before grading; the class page shows the same."""
+    import csv
+    from pathlib import Path
+
+    from autograder.classroom import batch
+
+    fn = {"score": 2.9545, "max_score": 3.0, "checks": []}
+    reps = {
+        "ann": {"assignment": "ps1_sharding", "score": 6.9545, "max_score": 10.0,
+                "isolated": True, "functions": {"shard_average_jit": fn,
+                                                "roll_diff": {"score": 4.0, "max_score": 4.0}}},
+        "bo": {"assignment": "ps1_sharding", "score": 4.0, "max_score": 10.0, "isolated": True,
+               "needs_regrade": ["shard_average_jit"],
+               "functions": {"shard_average_jit": {**fn, "score": 0.0, "needs_regrade": "x"},
+                             "roll_diff": {"score": 4.0, "max_score": 4.0}}},
+        "cy": {"assignment": "ps1_sharding", "score": 0.0, "max_score": 0.0, "functions": {},
+               "refused": "ps1_sharding (1).ipynb: rename it"},
+    }
+    outcomes = [batch.Outcome(batch.Item(s, "ps1_sharding", Path(f"{s}.ipynb")),
+                              {"student": s, "submission": f"{s}.ipynb", **r})
+                for s, r in reps.items()]
+    out = tmp_path / "grades.csv"
+    batch.write_outputs(outcomes, out, tmp_path)
+    rows = {r["student"]: r for r in csv.DictReader(out.open())}
+    assert rows["ann"]["shard_average_jit"] == "2.95" and rows["ann"]["total"] == "6.95"
+    assert rows["ann"]["max_total"] == "10.0"
+    assert rows["bo"]["shard_average_jit"] == "needs regrade" and rows["bo"]["roll_diff"] == "4.0"
+    assert rows["bo"]["total"] == "needs regrade" and rows["bo"]["max_total"] == "10.0"
+    assert rows["cy"]["total"] == "refused" and rows["cy"]["max_total"] == ""
+    page = cr.render(cr.load_reports(tmp_path, tmp_path))
+    assert '<td class="total">6.95</td>' in page and "6.9545" not in page

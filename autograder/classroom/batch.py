@@ -40,8 +40,9 @@ from typing import Optional
 
 from ..core.files import replaced
 from ..core.identity import GRADER_VERSION, grader_hash
-from ..core.results import REGRADE
+from ..core.results import REGRADE, shown
 from ..supervisor.handin import own_files, read_capped, regular
+from .class_report import totals
 from .names import _slug
 
 SUFFIXES = (".ipynb", ".py")
@@ -352,10 +353,11 @@ def write_outputs(outcomes: list[Outcome], csv_path: Path, reports: Path) -> Non
         for o in rows:
             fs = o.report.get("functions", {})
             # a function the grader failed on has no grade: its cell says so, never a 0
+            total, max_total = totals(o.report)
             w.writerow([_cell(o.item.student), _cell(o.report.get("assignment") or "")]
-                       + [(REGRADE if fs[n].get("needs_regrade") else fs[n]["score"])
+                       + [(REGRADE if fs[n].get("needs_regrade") else shown(fs[n]["score"]))
                           if n in fs else "" for n in fnames]
-                       + [o.report.get("score", 0), o.report.get("max_score", 0),
+                       + [total, max_total,
                           "" if o.report.get("refused") else
                           "yes" if o.report.get("isolated", False) else "NO",
                           " ".join(o.report.get("needs_regrade") or [])])
@@ -416,8 +418,8 @@ def grade_all(root: Path, *, workers: int = 1, out: Optional[Path] = None,
             outcomes.append(o)
             write_outputs(outcomes, out, reports)  # progress survives an interruption
         if bar is not None:
-            bar.set_postfix_str(f"{o.item.key}: {o.report.get('score', 0):g}/"
-                                f"{o.report.get('max_score', 0):g}"
+            bar.set_postfix_str(f"{o.item.key}: {shown(o.report.get('score', 0)):g}/"
+                                f"{shown(o.report.get('max_score', 0)):g}"
                                 + (" (done before)" if o.skipped else ""))
             bar.update(1)
 

@@ -28,11 +28,30 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Optional
 
+from ..core.results import REGRADE, shown
+
 CHECKS = ("numerics", "sharding", "structure", "memory", "speed")
 #: words in a check message that mean the grader, not the student's answer, should be looked at
 LOOK = re.compile(r"timed out|time limit|crash|killed|died|segmentation|out of memory|"
                   r"integrity|tamper", re.I)
 RATIO = re.compile(r"\(ratio ([0-9.]+)\)")
+
+
+#: the total shown for a hand-in refused before grading (its own fault: a person looks at it)
+REFUSED = "refused"
+
+
+def totals(report: dict) -> tuple:
+    """The total and the maximum of one hand-in's report as the CSV and this page show them:
+    scores to two decimals (the JSON reports and the gradebook keep them exact), and no number
+    where there is no grade, since a 0 there would read as one: "refused" (and no maximum) for a
+    hand-in refused before grading, "needs regrade" where the grader failed on some function or
+    on the whole hand-in (the next run grades it again)."""
+    return HandIn.from_report(report, "").totals()
+
+
+def _total(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 @dataclass(frozen=True)
@@ -49,6 +68,22 @@ class HandIn:
     error: str
     report: str  # the student's report file, relative to the page
     refused: str = ""  # why the hand-in was refused before grading (its own fault)
+    regrade: bool = False  # the grader failed on some function: graded again by the next run
+
+    @property
+    def graded(self) -> bool:
+        """Whether the hand-in has a grade that counts in the class's figures (a refused one, or
+        one the grader failed on in part or whole, has none yet)."""
+        return not (self.refused or self.error or self.regrade)
+
+    def totals(self) -> tuple:
+        """(total, out of) as shown: numbers to two decimals, or words where there is no grade
+        (:func:`totals`)."""
+        if self.refused:
+            return REFUSED, ""
+        if not self.graded:
+            return REGRADE, shown(self.max_score) if self.functions else ""
+        return shown(self.score), shown(self.max_score)
 
     @classmethod
     def from_report(cls, rep: dict, report: str) -> "HandIn":
@@ -58,7 +93,8 @@ class HandIn:
                    functions=dict(rep.get("functions") or {}),
                    notes=tuple(rep.get("notes") or ()), isolated=bool(rep.get("isolated", False)),
                    error=str(rep.get("error") or ""), report=report,
-                   refused=str(rep.get("refused") or ""))
+                   refused=str(rep.get("refused") or ""),
+                   regrade=bool(rep.get("needs_regrade")))
 
 
 def load_reports(reports: Path, page_dir: Optional[Path] = None) -> list[HandIn]:
@@ -122,28 +158,41 @@ def template(message: str) -> str:
 
 # ----------------------------------------------------------------------------------- sections
 def scores_section(hand_ins: list[HandIn]) -> str:
+    """Per assignment, the figures of the graded hand-ins: one refused before grading, or one
+    the grader failed on (needs regrade), has no grade yet and would pull the mean down as a 0."""
     by_asg: dict[str, list[HandIn]] = defaultdict(list)
     for h in hand_ins:
         by_asg[h.assignment].append(h)
     rows, charts = [], []
     for asg in sorted(by_asg):
         hs = by_asg[asg]
-        scores = sorted(h.score for h in hs)
-        top = max(h.max_score for h in hs) or 1.0
-        mean = sum(scores) / len(scores)
-        median = scores[len(scores) // 2] if len(scores) % 2 else \
-            (scores[len(scores) // 2 - 1] + scores[len(scores) // 2]) / 2
-        rows.append(f"<tr><td>{_e(asg)}</td><td>{len(hs)}</td><td>{mean:.2f}</td>"
-                    f"<td>{median:.2f}</td><td>{top:g}</td></tr>")
+        graded = [h for h in hs if h.graded]
+        scores = sorted(h.score for h in graded)
+        top = max((h.max_score for h in graded), default=0.0) or 1.0
+        left_out = len(hs) - len(graded)
+        if scores:
+            half = len(scores) // 2
+            mean = f"{sum(scores) / len(scores):.2f}"
+            mid = scores[half] if len(scores) % 2 else (scores[half - 1] + scores[half]) / 2
+            median = f"{mid:.2f}"
+        else:
+            mean = median = "&ndash;"
+        rows.append(f"<tr><td>{_e(asg)}</td><td>{len(hs)}</td><td>{len(graded)}</td>"
+                    f"<td>{mean}</td><td>{median}</td><td>{top:g}</td></tr>")
+        if not scores:
+            continue
         fig, ax = _figure(4, 2.2)
         ax.hist(scores, bins=10, range=(0, top), color="#4c72b0", edgecolor="white")
         ax.set_title(asg, fontsize=10)
-        ax.set_xlabel("score")
+        ax.set_xlabel("score" + (f" ({left_out} without a grade left out)" if left_out else ""))
         ax.set_ylabel("hand-ins")
         _whole_numbers(ax.yaxis)
         charts.append(_png(fig))
     return ("<h2>Scores per assignment</h2><table><tr><th>assignment</th><th>hand-ins</th>"
-            "<th>mean</th><th>median</th><th>out of</th></tr>" + "".join(rows) + "</table>"
+            "<th>graded</th><th>mean</th><th>median</th><th>out of</th></tr>" + "".join(rows)
+            + "</table><p><small>The mean and median are of the graded hand-ins: one refused "
+            "before grading, or one that needs a regrade, has no grade yet (listed under "
+            "&ldquo;need a look&rdquo;).</small></p>"
             + '<div class="charts">' + "".join(charts) + "</div>")
 
 
@@ -289,7 +338,8 @@ def students_section(hand_ins: list[HandIn]) -> str:
     rows = "".join(
         f'<tr class="grade" data-student="{_e(h.student)}" data-assignment="{_e(h.assignment)}">'
         f'<td><a href="{_e(h.report)}">{_e(h.student)}</a></td><td>{_e(h.assignment)}</td>'
-        f'<td class="total">{h.score:g}</td><td class="max">{h.max_score:g}</td></tr>'
+        f'<td class="total">{_e(_total(h.totals()[0]))}</td>'
+        f'<td class="max">{_e(_total(h.totals()[1]))}</td></tr>'
         for h in sorted(hand_ins, key=lambda h: (h.student, h.assignment)))
     return ("<h2>Every hand-in</h2><table><tr><th>student</th><th>assignment</th><th>total</th>"
             "<th>out of</th></tr>" + rows + "</table>")
@@ -326,8 +376,9 @@ def student_page(doc: dict) -> str:
     student = str(doc.get("student", "?"))
     parts = [f"<h1>{_e(student)}</h1>"]
     for asg, rep in sorted((doc.get("assignments") or {}).items()):
-        parts.append(f"<h2>{_e(asg)}: {float(rep.get('score', 0)):g} of "
-                     f"{float(rep.get('max_score', 0)):g}</h2>")
+        total, top = totals(rep)
+        parts.append(f"<h2>{_e(asg)}: {_e(_total(total))}"
+                     + (f" of {_e(_total(top))}" if top != "" else "") + "</h2>")
         if rep.get("refused"):
             parts.append(f"<p><b>refused before grading</b>: {_e(rep['refused'])}</p>")
         if rep.get("error"):
@@ -342,7 +393,7 @@ def student_page(doc: dict) -> str:
             checks = res.get("checks") or []
             regrade = res.get("needs_regrade")
             head = (f'<td rowspan="{max(1, len(checks))}"><code>{_e(fn)}</code><br>'
-                    f"{float(res.get('score', 0)):g} / {float(res.get('max_score', 0)):g}"
+                    f"{shown(res.get('score', 0)):g} / {shown(res.get('max_score', 0)):g}"
                     + (f"<br><b>needs regrade</b>: {_e(regrade)}" if regrade else "") + "</td>")
             if not checks:
                 rows.append(f"<tr>{head}<td colspan='3'></td></tr>")
