@@ -2,9 +2,10 @@
 
 Prints the JAX version (and whether it is inside the course's tested range), the devices, whether
 student code can be isolated, whether the TPU model loads and reads this JAX's programs, the
-nbgrader version, and whether Dask ``distributed`` is there (optional: grading on a cluster).
-Exits 1, with the command that fixes it, when something an instructor needs is missing; optional
-parts and a JAX newer than the tested range are reported without failing.
+nbgrader version (optional: nbgrader's own path and ``grade-all --gradebook``), and whether Dask
+``distributed`` is there (optional: grading on a cluster). Exits 1, with the command that fixes
+it, when something grading needs is missing; optional parts and a JAX newer than the tested
+range are reported without failing, so a cluster worker without nbgrader is ready.
 """
 from __future__ import annotations
 
@@ -134,12 +135,18 @@ def check_tpumodel() -> Finding:
 
 
 def check_nbgrader() -> Finding:
+    """nbgrader is optional: ``grade``, ``grade-all`` and a Dask grading worker (the wheel's
+    ``[cluster]`` install) grade without it; only nbgrader's own path (``nbgrader autograde``,
+    the release folders) and ``grade-all --gradebook`` need it, and ``--gradebook`` says so
+    before grading."""
     v = _dist_version("nbgrader")
     if v is None:
-        return Finding("nbgrader", False, "not installed (the release folders and `nbgrader "
-                       "autograde` need it)", fix="pip install 'jax-scaling-course[nbgrader]' "
-                       "(or pip install nbgrader==0.9.6)")
-    return Finding("nbgrader", True, v)
+        return Finding("nbgrader", False, "not installed: grading here (grade, grade-all, a Dask "
+                       "worker) does not need it; `nbgrader autograde`, `nbgrader "
+                       "generate_assignment` and `grade-all --gradebook` do",
+                       fix="pip install 'jax-scaling-course[nbgrader]' (or pip install "
+                       "nbgrader==0.9.6)", required=False)
+    return Finding("nbgrader", True, v, required=False)
 
 
 def check_distributed() -> Finding:
