@@ -9,6 +9,8 @@ have them yet (an instructor who released with ``nbgrader generate_assignment`` 
 """
 from __future__ import annotations
 
+import warnings
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable
 
@@ -42,6 +44,26 @@ def cell_of(function: str) -> str:
     return f"grade_{function}"
 
 
+#: SQLAlchemy's complaint about nbgrader's own ``update_or_create_submission`` (its new
+#: submission is reached through a relationship before it is added to the session): nbgrader's
+#: noise, printed by ``nbgrader autograde`` too, with nothing for the instructor to do
+NBGRADER_AUTOFLUSH = r"Object of type <Submitted\w+> not in session"
+
+
+@contextmanager
+def _quiet_nbgrader():
+    """Silence that one warning, raised from nbgrader's own ``api`` module, and nothing else."""
+    with warnings.catch_warnings():
+        try:
+            from sqlalchemy.exc import SAWarning
+        except ImportError:  # pragma: no cover - nbgrader brings SQLAlchemy
+            yield
+            return
+        warnings.filterwarnings("ignore", message=NBGRADER_AUTOFLUSH, category=SAWarning,
+                                module=r"nbgrader\.api")
+        yield
+
+
 def publish(reports: Iterable[dict], target: str, source: Path = ROOT / "source") -> int:
     """Write the scores of ``reports`` (grade-all's per-submission reports) into the gradebook
     at ``target``; returns the number of grades written. Every function of a graded assignment
@@ -53,7 +75,7 @@ def publish(reports: Iterable[dict], target: str, source: Path = ROOT / "source"
 
     reports = [r for r in reports if r.get("assignment")]
     written = 0
-    with Gradebook(db_url(target)) as gb:
+    with _quiet_nbgrader(), Gradebook(db_url(target)) as gb:
         for asg in sorted({r["assignment"] for r in reports}):
             registry.problems(asg)  # an unknown assignment fails before anything is written
             gb.update_or_create_assignment(asg)
