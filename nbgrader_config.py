@@ -13,6 +13,12 @@ c.CourseDirectory.course_id = "jax-scaling"
 c.CourseDirectory.db_url = os.environ.get(
     "NBGRADER_DB_URL", "sqlite:///" + os.path.join(c.CourseDirectory.root, "gradebook.db"))
 
+# nbgrader's exchange (release_assignment, fetch_assignment, submit, collect): by default the
+# system-wide /usr/local/share/nbgrader/exchange. Hand out through an LMS instead, or give this
+# course an exchange of its own that students can write to and that exists beforehand
+# (docs/instructor.md, "Handing out and collecting"):
+# c.Exchange.root = "/srv/nbgrader/jax-scaling-exchange"
+
 # Files a student folder may contain besides the notebook.
 c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", ".pytest_cache"]
 
@@ -25,9 +31,10 @@ c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 from autograder.classroom.nbgrader_plugin import configure  # noqa: E402
 
 configure(c)
-# Grading options (the same as grade-all's; see README "The instructor's term"). Every hand-in of
-# this course folder is graded on one secret seed, drawn once and kept in .autograder/seed,
-# which `python -m autograder grade-all` on this folder uses too: both paths give one grade.
+# Grading options (the same as grade-all's; see docs/instructor.md, "Two doors into one
+# gradebook"). Every hand-in of this course folder is graded on one secret seed, drawn once and
+# kept in .autograder/seed, which `python -m autograder grade-all` on this folder uses too: both
+# paths give one grade.
 # c.GradeInSandbox.seed = 1234            # fix it instead (to reproduce a verdict)
 # c.GradeInSandbox.quick = False          # fewer meshes and cases
 # c.GradeInSandbox.with_speed = True      # the speed check

@@ -1,6 +1,6 @@
 """Course package for JAX multi-device parallelism ("How To Scale Your Model", part 10).
 
-The folders follow who runs what (README, "Layout"):
+The folders follow who runs what (docs/development.md, "Layout"):
 
     cli/         python -m autograder
     classroom/   grade-all, Dask, the class report, nbgrader's gradebook and autograde step

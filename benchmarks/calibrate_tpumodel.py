@@ -8,7 +8,7 @@ must give the ratios 244/311 and 224/311 within 10%; on a communication-bound bf
 (1024, 2048, 2048) the bidirectional version must model at least 1.3x faster than the
 unidirectional one. Deterministic: no timing of the host is involved.
 
-``--table`` prints, as Markdown for the README, every published figure beside the model's (with
+``--table`` prints, as Markdown for docs/model.md, every published figure beside the model's (with
 the error of each), and every reference ring of ps3/ps4 modeled at the same shape: a ring that
 overlaps must show at most one step's transfer exposed.
 """

@@ -30,7 +30,7 @@ def test_draws_share_a_program_and_differ_in_values(name):
 
 
 def test_fewer_programs_than_cases():
-    """Across the course the draws save programs (the count the README states)."""
+    """Across the course the draws save programs (the count docs/grading.md states)."""
     cases = programs = 0
     for p in registry.problems():
         plan = plan_for(p, seed=3, with_speed=False)

@@ -17,7 +17,7 @@ DEFAULT_WEIGHTS = {"numerics": 0.5, "sharding": 0.15, "structure": 0.2, "memory"
 
 #: Speed thresholds (student time / jit baseline time); a Problem's ``speed_threshold`` may
 #: override either by the same key, and "tpu_model" falls back to the problem's "tpu" limit.
-#: Defaults (README, "The speed check", has the measurements): "tpu_model" 1.3, the modeled TPU
+#: Defaults (docs/model.md, "The limits", has the measurements): "tpu_model" 1.3, the modeled TPU
 #: (autograder.tpumodel, deterministic), which decides everywhere but on a real TPU: where jit's
 #: program is the answer (ps1) the references model at 1.00, and the cheapest wrong program
 #: measured (rolling the gathered global array) at 1.55. "tpu" 1.3: wall-clock on a real TPU, the

@@ -15,7 +15,7 @@ ASSIGNMENT = "ps3_collective_matmul"
 #: source's v5e collective all-gather matmul ran in 0.785x jit's time; 0.9 asks for that overlap
 #: with room for timing noise, for each ring; the all-reduce may not beat XLA's own (the source
 #: says so), so 1.3 only rejects a clear slowdown. "tpu_model" (the TPU model, at the speed shape)
-#: where it differs: see README, "The speed check", for the modeled ratios these sit between
+#: where it differs: see docs/model.md, "The limits", for the modeled ratios these sit between
 #: (references 0.62-0.77; blocking programs 0.98-1.0; half-overlapped MLP 0.80-0.84; a psum split
 #: into 16 tiles 1.17). ps4 has its own shape and limit (problems/ps4_bidirectional.py).
 SPEED = {
