@@ -307,6 +307,7 @@ EXPORTS = {
     "public.tools": ("compiled_collectives", "memory_profile", "time_vs_jit", "tpu_profile",
                      "written_collectives"),
     "public.check": ("PUBLIC", "CheckFailed", "check", "load_functions"),
+    "public.practice": ("check_ring", "check_schedule", "check_slots"),
 }
 PACKAGE = "selfcheck"
 #: the contract, written from the registry (autograder.course.contract)
