@@ -171,3 +171,15 @@ def test_tpu_profile_says_the_loop_iterations_it_modeled(monkeypatch):
     counts = ", ".join(map(str, p.student.trips))
     assert (f"modeled at the most iterations one entry of it ran on the speed case's input "
             f"({counts}), as the grader does") in repr(p)
+
+
+def test_cpu_wall_clock_is_kept_apart_from_the_tpu_limits(capsys):
+    """On emulated CPU devices time_vs_jit's figure is no TPU ratio: it is not printed as a
+    'ratio' a limit could be read against, and it says that no limit applies to it."""
+    from autograder.public.tools import time_vs_jit
+
+    x = jnp.ones((64, 64))
+    r = time_vs_jit(lambda a: a @ a, lambda a: a @ a, x, reps=2)
+    out = capsys.readouterr().out
+    assert r > 0 and "emulated CPU devices" in out and "no limit applies to it" in out
+    assert "ratio" not in out.split("\n")[0] and "limit 1" not in out, out
