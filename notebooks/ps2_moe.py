@@ -24,6 +24,7 @@ import numpy as np
 import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
+from selfcheck import check_slots  # an ungraded practice checker (code in the selfcheck folder)
 
 mesh = make_mesh(2, 4)
 S, D, F, E = 16, 8, 4, 4
@@ -47,29 +48,41 @@ print("one device holds A", A.addressable_shards[0].data.shape,
 # `W[B]` copies one `[D, F]` matrix *per token*, an `[S, D, F]` array. With 8192 tokens and
 # 1024 x 4096 experts that is 128 GiB.
 #
-# Instead, sort the tokens into per-expert buffers, `buf: [E, S, D]`, so that each expert does
-# one ordinary matmul on its own buffer, then read every token's result back out:
+# Instead, give every expert a buffer of tokens, so that each expert does one ordinary matmul
+# on its own buffer, and then read every token's result back out. Before you write code, answer
+# for yourself:
 #
-# 1. give every token a *slot* inside its expert's buffer: the number of earlier tokens that
-#    chose the same expert (a cumulative sum of a one-hot matrix does it);
-# 2. scatter: `buf[B[i], slot[i]] = A[i]`; the slots nobody fills stay zero;
-# 3. `einsum('esd,edf->esf', buf, W)`;
-# 4. gather: `Out[i] = result[B[i], slot[i]]`.
+# 1. Which row of its expert's buffer does token `i` go to, so that no two tokens of one expert
+#    share a row? (The routing is an array inside a traced function: no Python loop over
+#    tokens, and no `if`.)
+# 2. How many rows must each buffer have? Array shapes in JAX are fixed when the function is
+#    traced, and the routing is data.
+# 3. What is in the rows no token fills, and why do they do no harm?
+# 4. How does token `i` find its result afterwards?
 #
-# **Why does each buffer need `S` rows?** The routing is data: nothing stops every token from
-# choosing the same expert, and array shapes in JAX are fixed when the function is traced. So
-# each buffer is padded to the worst case, and the padding is *masked* — zero rows that do no
-# harm in the matmul and that nobody reads back. The price is `E` times the matmul work and an
-# `[E, S, D]` buffer, still far smaller than `[S, D, F]` when `E << F`.
-#
-# Here is step 1 on a tiny routing:
+# The one-hot matrix of a tiny routing (row = token, column = expert) is a good place to start:
 
 # %%
 b = np.array([2, 0, 2, 1, 2, 0])
 onehot = b[:, None] == np.arange(3)
 print(onehot.astype(int))
-print("slot of each token:", np.cumsum(onehot, axis=0)[np.arange(len(b)), b] - 1)
 
+# %% [markdown]
+# <details><summary>Hint: the rows</summary>
+#
+# Token `i`'s row ("slot") is the number of earlier tokens that chose the same expert: a running
+# count down each column of the one-hot matrix, read at the token's own column. For the routing
+# above the slots are `0 0 1 0 2 1`.
+# </details>
+#
+# <details><summary>Hint: the sizes</summary>
+#
+# Nothing stops every token from choosing the same expert, so each buffer is padded to the worst
+# case, `S` rows: `[E, S, D]` in all. The padding rows are zeros, whose products nobody reads
+# back. The price is `E` times the matmul work and an `[E, S, D]` buffer, still far smaller than
+# `[S, D, F]` when `E << F`.
+# </details>
+#
 # %% [markdown]
 # Write `moe_local(A, B, W)` (no mesh argument: everything on one device). The grader compiles
 # it at `S=4096, D=F=256` and requires the compiled temporary memory to stay well below the
@@ -135,33 +148,43 @@ for line in compiled_collectives(functools.partial(moe_jit, mesh=mesh), A, B, W)
 # `a: [S/X, D/Y]`, `b: [S/X]`, `w: [E/X, D, F/Y]`. The plan has three moves, and the details are
 # yours:
 #
-# * bring every token and its routing to every device with `jax.lax.all_gather` (which axes
-#   does each array need? the matmul needs the whole `D`);
+# * bring every token and its routing to every device with `jax.lax.all_gather`: which axes
+#   does each array need, given that the matmul needs the whole `D`?
 # * let each X-group run only the tokens whose experts it owns, with the buffers of Problem 1;
 # * hand each token's result back to the X-group that holds its row. Every result exists on one
-#   group only (zeros elsewhere), so an add across `X` that leaves each group its own rows does it:
-#   that is `jax.lax.psum_scatter`.
+#   group only (zeros elsewhere): which single collective adds across `X` and leaves each group
+#   only its own rows?
+#
+# <details><summary>Hint: the collective that hands results back</summary>
+#
+# A sum over devices in which each device keeps only its own slice of the result is a
+# reduce-scatter: `jax.lax.psum_scatter` over `'X'`, scattering the token dimension.
+# </details>
 #
 # Output: `[S/X, F/Y]` per device, `out_specs=P('X', 'Y')`.
 #
 # Two mechanics first. Inside `shard_map` a device learns the number of X-groups with
 # `jax.lax.axis_size('X')` and its own group with `jax.lax.axis_index('X')`; its experts are the
-# `w.shape[0]` consecutive ones starting at `axis_index('X') * w.shape[0]`. And a token whose
-# expert lives elsewhere must stay out of this group's buffers: give it an index past the end of
-# the buffer, and a scatter with `mode='drop'` leaves it out. On a toy routing, for the group
-# that owns experts 2 and 3:
+# `w.shape[0]` consecutive ones starting at `axis_index('X') * w.shape[0]`. And a scatter can
+# leave entries out: with `mode='drop'`, an index past the end of the array writes nothing.
 
 # %%
-def show_masking(b, first_expert, n_local):
-    local = b - first_expert                       # expert id within this group
-    mine = (local >= 0) & (local < n_local)
-    target = jnp.where(mine, local, n_local)       # n_local is one past the end
-    return jnp.zeros((n_local, b.shape[0]), jnp.int32).at[target, jnp.arange(b.shape[0])].set(
-        1, mode="drop")
+print(jnp.zeros(4, jnp.int32).at[jnp.array([0, 2, 4, 7])].set(1, mode="drop"))
+print("indices 4 and 7 are past the end of a length-4 array: nothing was written for them")
 
-
-print(show_masking(jnp.array([3, 0, 2, 3, 1]), first_expert=2, n_local=2))
-print("row e: which tokens landed in local expert e's buffer; tokens 1 and 4 went nowhere")
+# %% [markdown]
+# **Question:** after the all-gather every device of an X-group holds every token, but only some
+# of them chose one of this group's experts. How do you build the buffers of Problem 1 for this
+# group's experts alone, so that the other tokens take no row and do no work? And what does this
+# group contribute to the rows of tokens it does not serve?
+#
+# <details><summary>Hint</summary>
+#
+# Turn each token's expert id into an id *within this group* (subtract the group's first
+# expert). Tokens whose local id is out of range belong elsewhere: give them an index one past
+# the last buffer, and the `mode='drop'` scatter leaves them out. When you read results back,
+# make their rows zero, so that the add across `X` keeps only the owner's answer.
+# </details>
 
 # %% [solution] moe_allgather
 
@@ -190,28 +213,61 @@ print("row h: what group h received from groups 0..X-1\n", moved.reshape(nx, nx)
 # %% [markdown]
 # The catch: how many tokens go from group `g` to group `h` depends on the routing, and every
 # buffer needs a fixed shape. Padding each slab to `S/X` rows brings back an `[S, D]`-sized
-# buffer. Instead, send the tokens in **rounds of a fixed chunk size `C`**. What you need to
-# work out:
+# buffer. Instead, send the tokens in **rounds of a fixed chunk size `C`**: an `[X, C, D]` send
+# buffer per round, slab `h` holding up to `C` of the tokens bound for group `h`.
 #
-# * where each token goes: its destination X-group, and its place among this group's tokens
-#   headed there (sorting by destination, or Problem 1's slot counting, both work);
-# * how many rounds: the busiest (source, destination) pair decides, and every device must run
-#   the same number of collectives, so the devices have to agree on it (a maximum over `X`,
-#   `jax.lax.pmax`; the devices along `Y` hold the same tokens and routing, so they already
-#   agree);
-# * each round, in a `jax.lax.while_loop`: an `[X, C, D]` send buffer holding each destination's
-#   next `C` tokens with their expert ids (padding marked by an id no expert has), an
-#   `all_to_all` there, the local experts on what arrived, an `all_to_all` back, and the results
-#   added into their tokens' output rows (padding sent past the end and dropped, as in the
-#   masking demo above).
+# Work out the plan before the code. For one device's tokens, with `dest[t]` the X-group that
+# owns token `t`'s expert: in which round `r[t]` is token `t` sent, and in which row `c[t]` of
+# its destination's chunk? Every token must be sent exactly once, and no destination may take
+# more rounds than its own tokens need. Write the plan as plain Python below; `check_slots`
+# tries it on a few routings (a skewed one, a destination nobody is sent to, `C = 1`) and says
+# which token is misplaced and why. (Not graded; the same arithmetic, on arrays, is the heart
+# of `moe_all_to_all`.)
+
+# %%
+def exchange_plan(dest, nx, chunk):
+    """(round, row) of each token: token t goes to X-group dest[t] in round r[t], row c[t]."""
+    return [0] * len(dest), [0] * len(dest)  # a first guess: every token in round 0, row 0
+
+
+check_slots(exchange_plan)
+
+# %% [markdown]
+# <details><summary>Hint: the plan</summary>
+#
+# Count, for each token, how many earlier tokens go to the same destination (Problem 1's slot,
+# with destinations for experts). Round `r` carries that count's `C`-sized block.
+# </details>
+#
+# Then the loop, with questions to settle as you write it:
+#
+# * How many rounds does the loop run? Every device must run the same number of collectives,
+#   so which device's need decides it, and how do the devices along `X` agree on it? (The
+#   devices along `Y` hold the same tokens and routing, so they already agree.)
+# * What travels with each token so that the receiving group knows which of its experts to
+#   use, and how is an empty row of a chunk marked so that it does no harm?
+# * How do the results come back, and how does each land in its token's output row?
 #
 # Keep `C` a fixed small number (say up to 128), never proportional to `S`: the grader compiles
 # your function at `S = 32768` and requires its temporary memory to be far below that of an
-# all-gathered `A`, and it rejects any all-gather of activations over `X`.
+# all-gathered `A`, and it rejects any all-gather of activations over `X`. An `all_gather` over
+# `Y` (to get the full `D` of your own tokens) is fine; it is `X` that must not be gathered.
 #
-# Two `shard_map` details. A loop carry that differs from device to device must be declared so
-# from the start: `jax.lax.pcast(zeros, ('X', 'Y'), to='varying')`. And `all_gather` over `Y`
-# (to get the full `D` of your own tokens) is fine; it is `X` that must not be gathered.
+# <details><summary>Hint: the loop</summary>
+#
+# A `jax.lax.while_loop` whose bound is the busiest (source, destination) pair's rounds, agreed
+# with `jax.lax.pmax` over `'X'`. Each round: build the `[X, C, D]` chunk and the matching
+# `[X, C]` expert ids (padding marked by an id no expert has), `all_to_all` both, run the local
+# experts, `all_to_all` the results back, and add them into the output rows (padding sent past
+# the end and dropped, as in Problem 3).
+# </details>
+#
+# <details><summary>Hint: "manual axis types do not match"</summary>
+#
+# A loop carry that differs from device to device must be declared so from the start: a fresh
+# `jnp.zeros(...)` varies over no mesh axis. `jax.lax.pcast(x, ('X', 'Y'), to='varying')` says
+# that it does.
+# </details>
 #
 # *On accelerators* `jax.lax.ragged_all_to_all` sends variable-sized pieces directly (you give
 # it offsets and sizes per destination), so no padding and no rounds are needed. XLA:CPU does

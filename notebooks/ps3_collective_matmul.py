@@ -43,6 +43,8 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 # Looking-glass helpers (their code is in the selfcheck folder): the collectives you wrote and the ones
 # XLA runs, a timing against jit, and the course's TPU model.
 from selfcheck import compiled_collectives, time_vs_jit, tpu_profile, written_collectives
+# Ungraded practice checkers for the schedules you derive (code in the selfcheck folder).
+from selfcheck import check_ring, check_schedule
 
 mesh = make_mesh(2, 4)
 
@@ -80,22 +82,35 @@ for line in compiled_collectives(matmul_jit, A, W):
 #
 # ## The ring schedule
 #
-# Put the `Y` devices of one row of the mesh on a ring. Device `i` starts with block `i` of
+# Put the `Y` devices of one row of the mesh on a ring. Device `d` starts with block `d` of
 # `A`'s columns. At every step it multiplies the block it holds by the matching rows of `W`,
 # then hands the block to its left neighbour (and receives one from its right). After `Y - 1`
 # hand-overs every device has seen every block, and the sum of the partial products is its
-# output tile. The table shows which block each device holds at each step for `Y = 4`:
+# output tile.
+#
+# **Your turn:** which block does device `d` hold at step `step`? Draw the ring for `Y = 4`,
+# follow one block for a few steps, then write the rule as `held(d, step, ny)` below. The cell
+# prints the table your rule gives and checks it against the ring for `Y = 2, 4, 8`, naming the
+# device and step where it goes wrong. (Not graded; `matmul_allgather` needs this rule.)
+#
+# <details><summary>Hint</summary>
+#
+# After one step device `d` holds what its right neighbour `d + 1` held before. After two steps,
+# what `d + 2` held at the start. Remember to wrap around the ring (`% ny`).
+# </details>
 
 # %%
+def held(d, step, ny):
+    """The block of A that device d holds at `step` (blocks move j -> j - 1 after each step)."""
+    return d  # a first guess that never moves: replace it
+
+
 ny = 4
 print("step | " + " | ".join(f"device {d}" for d in range(ny)))
 for step in range(ny):
-    row = []
-    for d in range(ny):
-        block = (d + step) % ny  # after `step` shifts to the left, d holds block d+step
-        row.append(f"A_{block} @ W[{block}]")
+    row = [f"A_{held(d, step, ny) % ny} @ W[{held(d, step, ny) % ny}]" for d in range(ny)]
     print(f"  {step}  | " + " | ".join(f"{c:8s}" for c in row))
-print("each step: multiply, and at the same time ppermute the block one device to the left")
+check_ring(held)
 
 # %% [markdown]
 # Because the block being multiplied and the block being sent are independent, XLA can run the
@@ -145,13 +160,15 @@ print("\nwith the pcast, 3 * A is right:", bool(jnp.allclose(run(declare_varying
 # P(None,'Y'))`, `out_specs=P('X','Y')`. Use `jax.lax.axis_index('Y')` to know where you are on
 # the ring, `jax.lax.dynamic_slice_in_dim` to cut the rows of `W` that match the block you hold,
 # and `jax.lax.ppermute(x, 'Y', perm=[(src, dst), ...])` to pass the block on. A Python `for`
-# loop, a `fori_loop` or a `while_loop` are all fine. After `Y - 1` sends every device has seen
-# all `Y` blocks, so the ring is done. One more send would only carry each block back to the
-# device it started on; the grader's byte budget tolerates it (up to `Y` blocks per device), but
-# it is a transfer with nothing to gain.
+# loop, a `fori_loop` or a `while_loop` are all fine. How many sends does the ring need before
+# every device has seen every block, and what would one more send carry? (The grader's byte
+# budget tolerates up to `Y` blocks per device, but a send that helps nobody is still a cost.)
 #
-# *Check your direction:* if blocks move left (`j -> j-1`), after `s` steps device `i` holds
-# block `i + s`; if they move right, block `i - s`.
+# <details><summary>Hint: the direction</summary>
+#
+# Your `held` rule above is for blocks moving left (`j -> j - 1`): the `perm` pairs must send
+# that way too. If you send the other way, the rule changes sign.
+# </details>
 
 # %% [solution] matmul_allgather
 
@@ -235,26 +252,6 @@ tpu_profile("matmul_allreduce", matmul_allreduce, mesh)
 def my_block(i, s, ny):
     """The output block whose running sum device i adds to at step s (sums move j -> j+1)."""
     return (i + s) % ny  # the all-gather ring's table, which does not work here: replace it
-
-
-def check_schedule(block):
-    wrong = []
-    for ny in (2, 4, 8):
-        for i in range(ny):
-            last = block(i, ny - 1, ny) % ny
-            if last != i:
-                wrong.append(f"Y={ny}: device {i} ends with the sum for block {last}, not its own "
-                             f"block {i}")
-            for s in range(1, ny):
-                left = (i - 1) % ny
-                got, arrived = block(i, s, ny) % ny, block(left, s - 1, ny) % ny
-                if got != arrived:
-                    wrong.append(f"Y={ny}, step {s}: device {i} receives the sum for block "
-                                 f"{arrived} from device {left} but adds to block {got}")
-    print(f"{len(wrong)} problems, the first ones:" if wrong
-          else "your schedule works for Y = 2, 4 and 8")
-    for line in wrong[:5]:
-        print("  " + line)
 
 
 check_schedule(my_block)

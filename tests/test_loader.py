@@ -236,3 +236,48 @@ def test_a_skipped_call_of_the_submissions_own_function_that_fills_a_global_is_s
     assert "changes TABLE, which f reads" in line[18]
     assert "changes SCALE, which f reads" in line[19]
     assert "changes SCALE and TABLE, which f reads" in line[20]
+
+
+def test_skipped_set_up_is_said_and_demos_are_not(tmp_path):
+    """A top-level call or assignment kept for its side effect (``jax.config.update``, a seed,
+    a registration, ``os.environ[...] =``, ``exec``, a helper that does one of these) is not
+    run at grading time: each is named, with what to do. Prints, checks, array functions,
+    display settings, demo assignments and docstrings say nothing."""
+    from autograder.core.loader import skipped_notes
+
+    p = tmp_path / "s.py"
+    p.write_text(
+        '"""my answers"""\n'
+        "import os, sys, random\nimport jax\nimport numpy as np\nfrom jax import config\n"
+        "jax.config.update('jax_enable_x64', True)\n"           # 6
+        "config.update('jax_default_matmul_precision', 'highest')\n"  # 7
+        "np.random.seed(0)\n"                                    # 8
+        "os.environ['XLA_FLAGS'] = '--xla_cpu_foo'\n"            # 9
+        "jax.tree_util.register_pytree_node(int, None, None)\n"  # 10
+        "_ = jax.config.update('jax_log_compiles', False)\n"     # 11
+        "def setup():\n    random.seed(1)\n"                     # 12
+        "def f(x):\n    return x\n"                              # 14
+        "setup()\n"                                              # 16
+        "print(np.append(np.add(1, 2), 3))\nnp.set_printoptions(precision=3)\n"
+        "out = f(jax.numpy.arange(3))\nf(2)\njax.block_until_ready(out)\n'a note'\n")
+    loaded = load(p, keep_names=frozenset({"f"}))
+    said = {int(n.split("line ")[1].split(":")[0]): n for n in loaded.notes}
+    assert sorted(said) == [6, 7, 8, 9, 10, 11, 16], loaded.notes
+    assert "`jax.config.update('jax_enable_x64', True)` is not run at grading time" in said[6]
+    assert "(it runs jax.config.update(...))" in said[11]
+    assert "(it runs random.seed(...) in setup)" in said[16]
+    for note in said.values():
+        assert "Put the set-up a graded function needs inside that function" in note
+    assert skipped_notes(p, frozenset({"f"})) == loaded.notes  # the same, without running
+    assert loaded.function("f")(3) == 3
+
+
+def test_an_assignment_kept_for_a_helpers_effect_is_said(tmp_path):
+    """``filled = fill()`` binds a name nothing reads, so it is not run; the helper fills a
+    table a graded function reads: that is said as for a bare call."""
+    p = tmp_path / "s.py"
+    p.write_text("TABLE = {}\ndef fill():\n    TABLE[0] = 1\n    return True\n"
+                 "def f(i):\n    return TABLE[i]\nfilled = fill()\n")
+    loaded = load(p, keep_names=frozenset({"f"}))
+    assert len(loaded.notes) == 1 and "line 7" in loaded.notes[0], loaded.notes
+    assert "changes TABLE, which f reads" in loaded.notes[0]

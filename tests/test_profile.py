@@ -119,3 +119,67 @@ def test_profile_counts_an_unrolled_loop_by_kind(args):
     text = repr(profile(_unrolled, registry.get("matmul_allgather"), mesh, a, png=None))
     path = next(line for line in text.splitlines() if "critical path" in line)
     assert "[" not in path and len(path) < 300, path
+
+
+def _solution(name):
+    from conftest import ROOT
+
+    from autograder.core.loader import load
+
+    return load(ROOT / "solutions" / "ps2_moe.py").function(name)
+
+
+def test_tpu_profile_of_a_single_device_function_needs_no_mesh_nor_matplotlib(monkeypatch):
+    """``tpu_profile('moe_local', fn)``: no mesh to pass (None neither raises), and without
+    matplotlib the text comes alone, saying what the picture needs."""
+    import sys
+
+    from autograder.public.tools import tpu_profile
+
+    fn = _solution("moe_local")
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as where it is not installed
+    for p in (tpu_profile("moe_local", fn), tpu_profile("moe_local", fn, None)):
+        assert p.png is None
+        text = repr(p)
+        assert text.startswith("moe_local modeled on TPU v5e, one device:")
+        assert "the timeline picture needs matplotlib: pip install matplotlib" in text
+        assert "within the limit" in text
+
+
+def test_tpu_profile_says_the_loop_iterations_it_modeled(monkeypatch):
+    """A loop whose length the data decides (the all-to-all's rounds) is counted on the speed
+    case and modeled at that count, as the grader does; the profile says the count, and its
+    default mesh is the grader's speed mesh. (Modeled on a small case here, to be quick.)"""
+    import numpy as np
+
+    from autograder.public.tools import tpu_profile
+    import importlib
+
+    profmod = importlib.import_module("autograder.tpumodel.profile")
+
+    prob = registry.get("moe_all_to_all")
+
+    def small(problem, mesh, **kw):
+        x, y = (int(mesh.shape[a]) for a in ("X", "Y"))
+        case = problem.case(np.random.default_rng(0), x, y, "small").args
+        return [jax.device_put(a, NamedSharding(mesh, s)) for a, s in zip(case, problem.in_specs)]
+
+    monkeypatch.setattr(profmod, "case_args", small)
+    p = tpu_profile("moe_all_to_all", _solution("moe_all_to_all"))
+    assert p.student.mesh_shape == tuple(prob.speed_layout)
+    assert p.student.trips and all(t > 0 for t in p.student.trips)
+    counts = ", ".join(map(str, p.student.trips))
+    assert (f"modeled at the most iterations one entry of it ran on the speed case's input "
+            f"({counts}), as the grader does") in repr(p)
+
+
+def test_cpu_wall_clock_is_kept_apart_from_the_tpu_limits(capsys):
+    """On emulated CPU devices time_vs_jit's figure is no TPU ratio: it is not printed as a
+    'ratio' a limit could be read against, and it says that no limit applies to it."""
+    from autograder.public.tools import time_vs_jit
+
+    x = jnp.ones((64, 64))
+    r = time_vs_jit(lambda a: a @ a, lambda a: a @ a, x, reps=2)
+    out = capsys.readouterr().out
+    assert r > 0 and "emulated CPU devices" in out and "no limit applies to it" in out
+    assert "ratio" not in out.split("\n")[0] and "limit 1" not in out, out

@@ -63,14 +63,107 @@ def _public_names(asg: str) -> list[str]:
     return [p.name for p in registry.problems(asg)]
 
 
-def test_setup_cell_stops_on_an_old_jax(tmp_path):
-    patch = "import jax; jax.__version__ = '0.4.33'"
-    p = _run(tmp_path, ASSIGNMENTS[0], patch=patch)
+#: a folder that stands for a release folder: source/'s files, with the selfcheck package built
+#: from today's course package (release/ is regenerated from these by nbgrader)
+FOLDER = "ps3_collective_matmul"
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    sys.path.insert(0, str(ROOT / "tools"))
+    from build_notebooks import PACKAGE, write_package
+
+    folder = tmp_path_factory.mktemp("built") / FOLDER
+    shutil.copytree(ROOT / "source" / FOLDER, folder,
+                    ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache", PACKAGE))
+    write_package(FOLDER, folder)
+    return folder
+
+
+def _setup(folder, patch: str):
+    code = RUN.format(asg=FOLDER, patch=patch, after="")
+    env = {k: v for k, v in os.environ.items() if k not in ("JAX_NUM_CPU_DEVICES", "PYTHONPATH")}
+    return subprocess.run([sys.executable, "-c", code], cwd=folder, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_setup_cell_stops_on_an_old_jax(built):
+    p = _setup(built, "import jax; jax.__version__ = '0.4.33'")
     assert p.returncode != 0
-    err = p.stderr.strip().splitlines()
-    assert "JaxTooOld" in p.stderr and f"needs JAX {versions.JAX_MIN} or newer" in p.stderr
+    assert f"needs JAX {versions.JAX_MIN} or newer" in p.stderr and "0.4.33" in p.stderr
     assert versions.upgrade_command() in p.stderr and "restart the runtime" in p.stderr
-    assert "0.4.33" in "\n".join(err[-6:])
+    assert "Traceback" not in p.stderr, p.stderr  # the message, not selfcheck's frames
+
+
+def test_setup_cell_without_jax_says_the_one_line_to_run(built):
+    """No JAX in this Python: not a ModuleNotFoundError from inside selfcheck, but what to
+    install, before any module of the package imports it."""
+    p = _setup(built, 'sys.modules["jax"] = None')
+    assert p.returncode != 0
+    assert "this Python has no JAX" in p.stderr, p.stderr
+    assert versions.upgrade_command() in p.stderr and "requirements.txt" in p.stderr
+    assert "Traceback" not in p.stderr and "ModuleNotFoundError" not in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("asg", ASSIGNMENTS)
+def test_a_folder_carries_its_requirements_and_readme(asg):
+    """Each folder says what to install (the course's JAX range, the picture's matplotlib,
+    pytest, a notebook runner) and how to set up, work and check."""
+    req = (ROOT / "source" / asg / "requirements.txt").read_text()
+    names = {l.split("#")[0].strip().split(">")[0].split("=")[0].split("<")[0]: l.split("#")[0].strip()
+             for l in req.splitlines() if l.split("#")[0].strip()}
+    assert names["jax"] == f"jax>={versions.JAX_MIN},<{versions.JAX_BELOW}"
+    assert {"numpy", "matplotlib", "pytest", "jupyterlab", "nbclient", "ipykernel"} <= set(names)
+    readme = (ROOT / "source" / asg / "README.md").read_text()
+    for said in ("python3 -m venv .venv", "pip install -r requirements.txt",
+                 f"jupyter lab {asg}.ipynb", "pytest -q", "set-up cell",
+                 versions.upgrade_command(tpu=True)):
+        assert said in readme, said
+
+
+def test_a_failing_check_under_pytest_shows_its_message_first(built, tmp_path):
+    """The folder's pytest file on a wrong answer: the check's message, not the self-check's
+    source."""
+    import json
+
+    folder = tmp_path / FOLDER
+    shutil.copytree(built, folder)
+    nb = json.loads((folder / f"{FOLDER}.ipynb").read_text())
+    for c in nb["cells"]:
+        if c["metadata"].get("nbgrader", {}).get("grade_id") == "solution_matmul_allgather":
+            c["source"] = "def matmul_allgather(A, W, mesh):\n    return A[:, :1] * 0\n"
+    (folder / f"{FOLDER}.ipynb").write_text(json.dumps(nb))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        "-k", "matmul_allgather", f"test_{FOLDER}.py"], cwd=folder, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 1, p.stdout[-3000:]
+    failure = p.stdout.split("test_public[matmul_allgather]", 1)[1]
+    assert failure.lstrip("_ \n").startswith("matmul_allgather on mesh"), failure[:800]
+    assert "def check(" not in p.stdout and "selfcheck/public" not in p.stdout, p.stdout[-3000:]
+    assert "another exception occurred" not in p.stdout, p.stdout[-3000:]
+
+
+def test_check_names_set_up_the_grader_will_not_run(tmp_path, monkeypatch):
+    """At home the notebook ran its ``jax.config.update``; check() says, from the saved
+    notebook, that the grader will not."""
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    from autograder.public.check import notebook_notes
+
+    cells = ["import jax", "jax.config.update('jax_enable_x64', True)",
+             "def roll_diff(x, shift, mesh):\n    return x"]
+    nbformat.write(new_notebook(cells=[new_code_cell(c) for c in cells]), tmp_path / "mine.ipynb")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
+    ns = {"__name__": "__main__"}
+    exec(cells[2], ns)  # typed in a notebook kernel
+    notes = notebook_notes(ns["roll_diff"])
+    assert len(notes) == 1 and notes[0].startswith("mine.ipynb, cell 2 line 1: `jax.config"), notes
+    from autograder.core.loader import load
+
+    assert notebook_notes(load(tmp_path / "mine.ipynb").function("roll_diff")) == []  # a file's
 
 
 PROFILE_ALL = r'''

@@ -41,10 +41,14 @@ SETUP = '''\
 # Set-up. The course meshes need 8 devices. A TPU or GPU host with 8 or more devices uses them;
 # anywhere else (a laptop, CI, Colab's single-chip runtimes) XLA:CPU emulates 8 devices.
 # Run this cell first, before anything else touches JAX (restart the kernel if you ran JAX already).
-# It stops with what to run if this runtime's JAX is older than the course supports.
-from selfcheck import check, describe_devices, make_mesh, setup_devices
+# Where this Python has no JAX, or one older than the course supports, it stops with the one
+# line to run (README.md, next to this notebook, says how to set up a fresh environment).
+try:
+    from selfcheck import check, describe_devices, make_mesh, setup_devices
 
-setup_devices()
+    setup_devices()
+except ImportError as e:  # no JAX, or an unsupported one: the message says what to run
+    raise SystemExit(str(e)) from None
 import jax
 
 print(describe_devices())'''
@@ -81,8 +85,122 @@ def test_public(name, functions):
     fn = functions.get(name)
     if fn is None:
         pytest.fail(f"{{name}} is not defined in {{NOTEBOOK.name}}")
-    selfcheck.check(name, fn, verbose=False)
+    try:
+        selfcheck.check(name, fn, verbose=False)
+        failure = None
+    except selfcheck.CheckFailed as e:
+        failure = str(e)
+    if failure is not None:  # the check's message alone, not the self-check's code
+        pytest.fail(failure, pytrace=False)
 '''
+
+
+#: the packages a release folder needs, by what for (``requirements.txt``); the bounds are
+#: pyproject.toml's (JAX's are autograder/core/versions.py's, which pyproject.toml repeats)
+REQUIRED = (
+    ("jax", "the course's JAX range; on a TPU runtime install jax[tpu] in the same range"),
+    ("numpy", None),
+    ("matplotlib", "tpu_profile's timeline picture (its text needs nothing more)"),
+    ("ipython", "the self-check reads your cells' magics as Jupyter does"),
+    ("pytest", "pytest in this folder runs the self-check on every graded function"),
+    ("jupyterlab", "to open and run the notebook (jupyter lab " + "{asg}.ipynb)"),
+    ("nbclient", "to run the notebook without a browser (see README.md)"),
+    ("ipykernel", None),
+)
+#: lower bounds of what pyproject.toml does not list
+EXTRA_BOUNDS = {"jupyterlab": ">=4"}
+
+README = '''\
+# {title}
+
+`{asg}.ipynb` holds the problems: write your answers in the cells that say `YOUR CODE HERE`.
+Next to it: `test_{asg}.py` (the public self-check as a pytest file), `selfcheck/` (the
+self-check's code: copies of the course grader's own references, structure rules and TPU model;
+do not edit it) and `requirements.txt`.
+
+## Set up (once)
+
+Python 3.11 or newer, nothing else. No accelerator needed: on a laptop JAX splits the CPU into
+the 8 devices the course meshes use (a TPU or GPU host with 8 devices uses them instead).
+
+```bash
+python3 -m venv .venv
+source .venv/bin/activate          # Windows: .venv\\Scripts\\activate
+pip install -r requirements.txt
+```
+
+On a TPU VM, then: `{tpu}`. On Colab or Kaggle, upload this folder and open
+the notebook there: the runtime has the rest. The notebook's first cell checks the JAX it finds
+(the course supports {jax_range}) and, where it is missing or too old, stops with the one line
+to run.
+
+## Work
+
+```bash
+jupyter lab {asg}.ipynb
+```
+
+Run the set-up cell first, then the cells in order. Each problem ends with a `check(...)` cell:
+it runs your function on small random inputs on the course meshes (2x4, 4x2, 1x8 and 8x1),
+compares the values and the output sharding with the NumPy reference the grader uses, and runs
+the grader's structure rules on your program (which collectives it runs, over which axes, how
+many bytes). It prints `OK ...` or what to change. Where the notebook calls them,
+`memory_profile` and `tpu_profile` show the memory and modeled-TPU speed figures that the
+grader's hidden checks compare with their limits, at the grader's bigger shapes.
+
+To run the whole notebook without a browser:
+`jupyter execute {asg}.ipynb` (nbclient).
+
+## Check from the command line
+
+```bash
+pytest -q
+```
+
+Save the notebook first: pytest reads the saved file. It loads your functions as the grader
+loads them: only the imports, the definitions and the assignments those read are run, never the
+demo cells. A statement it skips that sets something up (a `jax.config.update(...)`, a seed, a
+registration) is named in the warnings summary: put such set-up inside the function that needs
+it. Then it runs the same `check` as the notebook, one test per graded function; a failing test
+shows the check's message.
+
+The grader draws its own inputs from a secret seed and also checks memory and speed where the
+notebook says so; the "What the grader checks" cell before each problem lists every check and
+its points.
+'''
+
+
+def requirements(asg: str) -> str:
+    """``requirements.txt`` of a release folder: every package it needs, with pyproject.toml's
+    bounds."""
+    import tomllib
+
+    from autograder.core import versions
+
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    listed = list(deps["dependencies"]) + [d for ds in deps["optional-dependencies"].values()
+                                           for d in ds]
+    bounds = {}
+    for d in listed:
+        m = re.match(r"([A-Za-z0-9_.-]+)(\[[^]]*\])?\s*(.*)", d)
+        bounds.setdefault(m.group(1).lower(), m.group(3).strip())
+    bounds["jax"] = f">={versions.JAX_MIN},<{versions.JAX_BELOW}"
+    lines = [f"# What {asg}/ needs (generated by the course's tools/build_notebooks.py).",
+             "# pip install -r requirements.txt   (Python 3.11 or newer; README.md says more)"]
+    for name, why in REQUIRED:
+        spec = name + (EXTRA_BOUNDS.get(name) or bounds.get(name, ""))
+        lines.append(spec if why is None else f"{spec:28s} # {why.format(asg=asg)}")
+    return "\n".join(lines) + "\n"
+
+
+def readme(asg: str) -> str:
+    """``README.md`` of a release folder: what is in it, how to set it up, work and check."""
+    from autograder.core import versions
+
+    template = (ROOT / "notebooks" / f"{asg}.py").read_text()
+    title = next((l[4:].strip() for l in template.splitlines() if l.startswith("# # ")), asg)
+    return README.format(asg=asg, title=title, tpu=versions.upgrade_command(tpu=True),
+                         jax_range=versions.range_text())
 
 
 def nbmeta(grade_id: str, *, solution=False, grade=False, locked=False, points=None) -> dict:
@@ -188,7 +306,8 @@ EXPORTS = {
     "core.meshes": ("make_mesh",),
     "public.tools": ("compiled_collectives", "memory_profile", "time_vs_jit", "tpu_profile",
                      "written_collectives"),
-    "public.check": ("PUBLIC", "check", "load_functions"),
+    "public.check": ("PUBLIC", "CheckFailed", "check", "load_functions"),
+    "public.practice": ("check_ring", "check_schedule", "check_slots"),
 }
 PACKAGE = "selfcheck"
 #: the contract, written from the registry (autograder.course.contract)
@@ -203,6 +322,10 @@ case beside the bound; `tpu_profile` models it with the grader's TPU model. The 
 this file are copies of the course package's own. Importing the package sets up 8 devices
 (emulated on CPU where needed).
 """
+from .core.versions import require_installed
+
+require_installed()  # no JAX here, or one below the range: stop now, saying the line to run
+
 {imports}
 
 __all__ = [
@@ -291,6 +414,8 @@ def outputs(asg: str) -> dict[Path, str]:
     out = {
         d / f"{asg}.ipynb": nbformat.writes(nb) + "\n",
         d / f"test_{asg}.py": TEST_FILE.format(asg=asg, names=names),
+        d / "README.md": readme(asg),
+        d / "requirements.txt": requirements(asg),
     }
     return out
 
