@@ -7,15 +7,20 @@ case beside the bound; `tpu_profile` models it with the grader's TPU model. The 
 this file are copies of the course package's own. Importing the package sets up 8 devices
 (emulated on CPU where needed).
 """
+from .core.versions import require_installed
+
+require_installed()  # no JAX here, or one below the range: stop now, saying the line to run
+
 from .core.devices import describe_devices, setup_devices
 from .core.meshes import make_mesh
 from .public.tools import compiled_collectives, memory_profile, time_vs_jit, tpu_profile, written_collectives
-from .public.check import PUBLIC, check, load_functions
+from .public.check import PUBLIC, CheckFailed, check, load_functions
+from .public.practice import check_ring, check_schedule, check_slots
 
 __all__ = [
-    'PUBLIC', 'check', 'compiled_collectives', 'describe_devices', 'load_functions',
-    'make_mesh', 'memory_profile', 'setup_devices', 'time_vs_jit', 'tpu_profile',
-    'written_collectives',
+    'CheckFailed', 'PUBLIC', 'check', 'check_ring', 'check_schedule', 'check_slots',
+    'compiled_collectives', 'describe_devices', 'load_functions', 'make_mesh', 'memory_profile',
+    'setup_devices', 'time_vs_jit', 'tpu_profile', 'written_collectives',
 ]
 
 PUBLIC.update({'roll_diff': {'args': ['A', 'shift'],
@@ -67,6 +72,7 @@ PUBLIC.update({'roll_diff': {'args': ['A', 'shift'],
                                     'make': ['.course.rules.base', 'all_of']}],
                           'kwargs': {},
                           'make': ['.course.rules.base', 'all_of']}],
+               'speed_layout': [2, 4],
                'uses_mesh': True},
  'shard_average_jit': {'args': ['A'],
                        'atol': 0.0001,
@@ -113,6 +119,7 @@ PUBLIC.update({'roll_diff': {'args': ['A', 'shift'],
                                                      'no_compiled_collectives']}],
                                   'kwargs': {},
                                   'make': ['.course.rules.base', 'all_of']}],
+                       'speed_layout': [2, 4],
                        'uses_mesh': True},
  'shard_average_shard_map': {'args': ['A'],
                              'atol': 0.0001,
@@ -165,6 +172,7 @@ PUBLIC.update({'roll_diff': {'args': ['A', 'shift'],
                                         'kwargs': {},
                                         'make': ['.course.rules.base',
                                                  'all_of']}],
+                             'speed_layout': [2, 4],
                              'uses_mesh': True}})
 
 setup_devices()

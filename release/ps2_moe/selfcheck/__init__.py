@@ -7,15 +7,20 @@ case beside the bound; `tpu_profile` models it with the grader's TPU model. The 
 this file are copies of the course package's own. Importing the package sets up 8 devices
 (emulated on CPU where needed).
 """
+from .core.versions import require_installed
+
+require_installed()  # no JAX here, or one below the range: stop now, saying the line to run
+
 from .core.devices import describe_devices, setup_devices
 from .core.meshes import make_mesh
 from .public.tools import compiled_collectives, memory_profile, time_vs_jit, tpu_profile, written_collectives
-from .public.check import PUBLIC, check, load_functions
+from .public.check import PUBLIC, CheckFailed, check, load_functions
+from .public.practice import check_ring, check_schedule, check_slots
 
 __all__ = [
-    'PUBLIC', 'check', 'compiled_collectives', 'describe_devices', 'load_functions',
-    'make_mesh', 'memory_profile', 'setup_devices', 'time_vs_jit', 'tpu_profile',
-    'written_collectives',
+    'CheckFailed', 'PUBLIC', 'check', 'check_ring', 'check_schedule', 'check_slots',
+    'compiled_collectives', 'describe_devices', 'load_functions', 'make_mesh', 'memory_profile',
+    'setup_devices', 'time_vs_jit', 'tpu_profile', 'written_collectives',
 ]
 
 PUBLIC.update({'moe_all_to_all': {'args': ['A', 'B', 'W'],
@@ -47,6 +52,7 @@ PUBLIC.update({'moe_all_to_all': {'args': ['A', 'B', 'W'],
                                                   'tokens_travel_all_to_all']}],
                                'kwargs': {},
                                'make': ['.course.rules.base', 'all_of']}],
+                    'speed_layout': [8, 1],
                     'uses_mesh': True},
  'moe_allgather': {'args': ['A', 'B', 'W'],
                    'atol': 0.0001,
@@ -67,6 +73,7 @@ PUBLIC.update({'moe_all_to_all': {'args': ['A', 'B', 'W'],
                                                  'gathers_activations_over_x']}],
                               'kwargs': {},
                               'make': ['.course.rules.base', 'all_of']}],
+                   'speed_layout': [2, 4],
                    'uses_mesh': True},
  'moe_jit': {'args': ['A', 'B', 'W'],
              'atol': 0.0001,
@@ -82,6 +89,7 @@ PUBLIC.update({'moe_all_to_all': {'args': ['A', 'B', 'W'],
              'reference': ['.course.references.ps2_moe', 'moe_reference'],
              'rtol': 0.0001,
              'rules': [{'rule': ['.course.rules.base', 'no_shard_map']}],
+             'speed_layout': [2, 4],
              'uses_mesh': True},
  'moe_local': {'args': ['A', 'B', 'W'],
                'atol': 0.0001,
@@ -100,6 +108,7 @@ PUBLIC.update({'moe_all_to_all': {'args': ['A', 'B', 'W'],
                'reference': ['.course.references.ps2_moe', 'moe_reference'],
                'rtol': 0.0001,
                'rules': [{'rule': ['.course.rules.base', 'no_shard_map']}],
+               'speed_layout': [2, 4],
                'uses_mesh': False},
  'moe_topk': {'args': ['A', 'B', 'W'],
               'atol': 0.0001,
@@ -129,6 +138,7 @@ PUBLIC.update({'moe_all_to_all': {'args': ['A', 'B', 'W'],
                                             'tokens_travel_all_to_all']}],
                          'kwargs': {},
                          'make': ['.course.rules.base', 'all_of']}],
+              'speed_layout': [8, 1],
               'uses_mesh': True}})
 
 setup_devices()

@@ -7,15 +7,20 @@ case beside the bound; `tpu_profile` models it with the grader's TPU model. The 
 this file are copies of the course package's own. Importing the package sets up 8 devices
 (emulated on CPU where needed).
 """
+from .core.versions import require_installed
+
+require_installed()  # no JAX here, or one below the range: stop now, saying the line to run
+
 from .core.devices import describe_devices, setup_devices
 from .core.meshes import make_mesh
 from .public.tools import compiled_collectives, memory_profile, time_vs_jit, tpu_profile, written_collectives
-from .public.check import PUBLIC, check, load_functions
+from .public.check import PUBLIC, CheckFailed, check, load_functions
+from .public.practice import check_ring, check_schedule, check_slots
 
 __all__ = [
-    'PUBLIC', 'check', 'compiled_collectives', 'describe_devices', 'load_functions',
-    'make_mesh', 'memory_profile', 'setup_devices', 'time_vs_jit', 'tpu_profile',
-    'written_collectives',
+    'CheckFailed', 'PUBLIC', 'check', 'check_ring', 'check_schedule', 'check_slots',
+    'compiled_collectives', 'describe_devices', 'load_functions', 'make_mesh', 'memory_profile',
+    'setup_devices', 'time_vs_jit', 'tpu_profile', 'written_collectives',
 ]
 
 PUBLIC.update({'matmul_allgather': {'args': ['A', 'W'],
@@ -38,6 +43,7 @@ PUBLIC.update({'matmul_allgather': {'args': ['A', 'W'],
                       'rules': [{'args': ['allgather'],
                                  'kwargs': {},
                                  'make': ['.course.rules.ring', 'ring_rule']}],
+                      'speed_layout': [2, 4],
                       'uses_mesh': True},
  'matmul_allreduce': {'args': ['A', 'W'],
                       'atol': 0.0001,
@@ -59,6 +65,7 @@ PUBLIC.update({'matmul_allgather': {'args': ['A', 'W'],
                       'rules': [{'args': ['allreduce'],
                                  'kwargs': {},
                                  'make': ['.course.rules.ring', 'ring_rule']}],
+                      'speed_layout': [2, 4],
                       'uses_mesh': True},
  'matmul_reducescatter': {'args': ['T', 'W2'],
                           'atol': 0.0001,
@@ -81,6 +88,7 @@ PUBLIC.update({'matmul_allgather': {'args': ['A', 'W'],
                                      'kwargs': {},
                                      'make': ['.course.rules.ring',
                                               'ring_rule']}],
+                          'speed_layout': [2, 4],
                           'uses_mesh': True},
  'mlp_block': {'args': ['In', 'Win', 'Wout'],
                'atol': 0.0001,
@@ -101,6 +109,7 @@ PUBLIC.update({'matmul_allgather': {'args': ['A', 'W'],
                'rules': [{'args': ['mlp'],
                           'kwargs': {},
                           'make': ['.course.rules.ring', 'ring_rule']}],
+               'speed_layout': [2, 4],
                'uses_mesh': True}})
 
 setup_devices()

@@ -226,8 +226,9 @@ def _kept_statements(chunks, notes, keep_names=frozenset(),
     """``([(label, statement), ...], reads)``: the statements loading runs, in order, and, by
     the ``id`` of each statement kept, the module-level names it reads (:func:`_global_reads`,
     read once here; a statement too deep to read is noted and left out). ``skipped``, where
-    given, receives the top-level statements loading never runs."""
-    kept, reads = [], {}
+    given, receives the top-level statements loading never runs, in order: those of no kind it
+    runs, and the assignments no definition needs."""
+    kept, reads, order = [], {}, []
     for label, code in chunks:
         try:
             tree = _parse(code)
@@ -236,9 +237,8 @@ def _kept_statements(chunks, notes, keep_names=frozenset(),
             notes.append(f"{label}: SyntaxError{at}: {e.msg}; its definitions were not loaded")
             continue
         for node in tree.body:
+            order.append((label, node))
             if _kind(node) is None:
-                if skipped is not None:
-                    skipped.append((label, node))
                 continue
             try:
                 reads[id(node)] = _global_reads(node)
@@ -247,7 +247,12 @@ def _kept_statements(chunks, notes, keep_names=frozenset(),
                              "was not loaded")
                 continue
             kept.append((label, node))
-    return _needed(kept, reads, keep_names), reads
+    needed = _needed(kept, reads, keep_names)
+    if skipped is not None:  # skipped by kind, or an assignment no definition needs
+        run = {id(node) for _, node in needed}
+        skipped += [(label, node) for label, node in order if id(node) not in run
+                    and (_kind(node) is None or id(node) in reads)]  # too deep: noted above
+    return needed, reads
 
 
 def _functions(node: ast.stmt) -> set[str]:
@@ -320,6 +325,8 @@ class _Relevance:
         #: the submission's own top-level functions: a call of one changes what its body does
         self.defs = {node.name: node for _, node in statements
                      if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        #: the names its imports bind (modules, and what ``from m import x`` takes out of one)
+        self.imports = {n for _, node in statements for n in _imported(node)}
 
     def skipped_note(self, where: str, node: ast.stmt) -> str | None:
         """Information about a top-level statement loading skips (a loop, a call) that would
@@ -335,6 +342,27 @@ class _Relevance:
                 f"{'s' if len(users) == 1 else ''}: compute {_listing(changed)} in one "
                 f"assignment (a comprehension, or a function that returns it)")
 
+    def setup_note(self, where: str, node: ast.stmt) -> str | None:
+        """Information about a top-level statement loading skips that sets something up outside
+        the submission's own names (``jax.config.update(...)``, ``np.random.seed(0)``, a
+        registration, ``os.environ[...] = ...``, an ``exec``, or a call of its own function
+        that does one of these), else None: the notebook ran it, the grader does not, so a
+        graded function may behave differently there."""
+        effects = _setup_effects(node, self.imports, self.defs)
+        if not effects:
+            return None
+        text = ast.unparse(node).splitlines()[0]
+        if len(text) > _SHOWN:
+            text = text[:_SHOWN - 3] + "..."
+        shown = [e for e in effects if not text.startswith(e.split("(")[0].split(" = ")[0])]
+        how = f" (it runs {_listing(shown)})" if shown else ""
+        return (f"{where}: `{text}` is not run at grading time{how}: the grader runs only "
+                "your imports, definitions and the assignments they read, so what it sets up "
+                "is missing when your functions are graded (your notebook ran it, so your own "
+                "runs do not show this). Put the set-up a graded function needs inside that "
+                "function, or leave it to the course's set-up cell (the grader sets up the "
+                "devices itself)")
+
     def note(self, where: str, node: ast.stmt, error: BaseException) -> str | None:
         """Information about a statement that raised, or None where no graded function needs
         what it binds (a notebook's set-up or demo statement)."""
@@ -349,6 +377,87 @@ class _Relevance:
         if set(users) <= names:
             return f"{head} could not be graded"
         return f"{head} {'is' if len(missing) == 1 else 'are'} undefined for {_listing(users)}"
+
+
+#: how much of a skipped statement its note quotes
+_SHOWN = 60
+#: the method names that set something up when called on what a submission imported
+#: (``jax.config.update``, ``np.random.seed``, ``sys.path.append``, ``os.environ.setdefault``)
+_SETUP_METHODS = {"seed", "putenv", "unsetenv", "patch"}
+#: methods that change a container a module holds (``sys.path.append``, ``os.environ.pop``);
+#: on a module itself they are functions (``np.append``, ``jnp.add``)
+_MUTATORS = {"update", "setdefault", "append", "insert", "extend", "add", "pop", "remove",
+             "clear"}
+_SETUP_PREFIXES = ("register", "set_", "enable", "disable", "install", "initialize")
+#: parts of an imported module's attribute path that hold global settings
+_SETUP_PARTS = {"config", "environ", "flags"}
+#: calls that set nothing a graded function reads (display and warnings settings)
+_HARMLESS_METHODS = {"set_printoptions", "set_loglevel", "filterwarnings", "simplefilter"}
+#: builtins that define or change things by name at run time
+_SETUP_BUILTINS = {"exec", "eval", "setattr", "delattr", "__import__"}
+
+
+def _imported(node: ast.stmt) -> set[str]:
+    """The names an import binds, inside ``try``/``if`` blocks too."""
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return _defines(node) - {"*"}
+    if isinstance(node, _BLOCKS):
+        return set().union(*(_imported(inner) for branch in _branches(node)
+                             for inner in branch))
+    return set()
+
+
+def _chain(expr: ast.AST) -> list[str] | None:
+    """``jax.config.update`` -> ['jax', 'config', 'update']; None for anything but names and
+    attributes (subscripts and calls in the path included: ``os.environ['X']`` -> ['os',
+    'environ'])."""
+    parts = []
+    while True:
+        if isinstance(expr, ast.Attribute):
+            parts.append(expr.attr)
+            expr = expr.value
+        elif isinstance(expr, ast.Subscript):
+            expr = expr.value
+        elif isinstance(expr, ast.Name):
+            return [expr.id] + parts[::-1]
+        else:
+            return None
+
+
+def _setup_effects(node: ast.AST, imports: set[str], defs: dict, seen=frozenset()) -> list[str]:
+    """What a statement sets up outside the submission's own names, as short texts (outside
+    the functions, classes and lambdas it defines): see :meth:`_Relevance.setup_note`."""
+    found: list[str] = []
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        if isinstance(n, ast.Call):
+            chain = _chain(n.func)
+            if chain and len(chain) == 1 and chain[0] in _SETUP_BUILTINS and \
+                    chain[0] not in imports and chain[0] not in defs:
+                found.append(f"{chain[0]}(...)")
+            elif chain and len(chain) > 1 and chain[0] in imports:
+                last = chain[-1]
+                if last not in _HARMLESS_METHODS and (
+                        last in _SETUP_METHODS or last.startswith(_SETUP_PREFIXES)
+                        or _SETUP_PARTS & set(chain[:-1]) or (last in _MUTATORS
+                                                             and len(chain) > 2)):
+                    found.append(".".join(chain) + "(...)")
+            elif chain and len(chain) == 1 and chain[0] in defs and chain[0] not in seen:
+                inner = [e for stmt in defs[chain[0]].body
+                         for e in _setup_effects(stmt, imports, defs, seen | {chain[0]})]
+                found += [f"{e} in {chain[0]}" for e in inner[:1]]
+        elif isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
+            targets = n.targets if isinstance(n, (ast.Assign, ast.Delete)) else [n.target]
+            for t in targets:
+                chain = _chain(t) if isinstance(t, (ast.Attribute, ast.Subscript)) else None
+                if chain and chain[0] in imports:
+                    found.append(f"del {ast.unparse(t)}" if isinstance(n, ast.Delete)
+                                 else f"{ast.unparse(t)} = ...")
+        todo.extend(ast.iter_child_nodes(n))
+    return list(dict.fromkeys(found))
 
 
 def _changes(node: ast.AST, defs=None, seen=frozenset()) -> set[str]:
@@ -403,6 +512,28 @@ def _listing(names) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
+def _skipped_notes(skipped, relevance: _Relevance) -> list[str]:
+    """A note for each skipped statement that changes a value a graded function reads, or sets
+    something up outside the submission's names; demos, prints and plots say nothing."""
+    notes = []
+    for label, node in skipped:  # said, since the student's own notebook did run it
+        where = f"{label} line {node.lineno}"
+        note = relevance.skipped_note(where, node) or relevance.setup_note(where, node)
+        if note is not None:
+            notes.append(note)
+    return notes
+
+
+def skipped_notes(path: str | Path, keep_names=frozenset()) -> list[str]:
+    """The notes :func:`load` gives about the top-level statements it would not run (see
+    :func:`_skipped_notes`), read from the source alone: nothing runs. The self-check says them
+    at home, where the notebook did run those statements."""
+    notes: list[str] = []
+    skipped: list = []
+    statements, reads = _kept_statements(source_chunks(Path(path)), notes, keep_names, skipped)
+    return _skipped_notes(skipped, _Relevance(statements, reads, keep_names))
+
+
 def load(path: str | Path, *, statement_timeout: float = 20.0, total_timeout: float = 90.0,
          module_name: str = "submission", builtins_dict: dict | None = None,
          skip=frozenset(), on_statement=None, keep_names=frozenset()) -> Loaded:
@@ -427,10 +558,7 @@ def load(path: str | Path, *, statement_timeout: float = 20.0, total_timeout: fl
     skipped: list = []
     statements, reads = _kept_statements(chunks, notes, keep_names, skipped)
     relevance = _Relevance(statements, reads, keep_names)
-    for label, node in skipped:  # said, since the student's own notebook did run it
-        note = relevance.skipped_note(f"{label} line {node.lineno}", node)
-        if note is not None:
-            notes.append(note)
+    notes += _skipped_notes(skipped, relevance)
     for index, (label, node) in enumerate(statements):
         where = f"{label} line {node.lineno}"
         if index in skip:

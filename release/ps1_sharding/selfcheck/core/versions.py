@@ -2,9 +2,11 @@
 
 The range is tested at both ends: ``make test`` runs the whole suite on :data:`JAX_MIN`, and
 ``make test-latest`` on the newest release the range allows (:data:`JAX_TESTED` when it was last
-bumped). ``pyproject.toml`` declares the same bounds (``jax>=JAX_MIN,<JAX_BELOW``; a test keeps
-them in step). Standard library only: this module is copied into every release folder's
-``selfcheck`` package, whose set-up cell stops on a JAX older than the range.
+bumped). ``pyproject.toml`` and every release folder's ``requirements.txt`` declare the same
+bounds (``jax>=JAX_MIN,<JAX_BELOW``; tests keep them in step). Standard library only: this
+module is copied into every release folder's ``selfcheck`` package, which checks with
+:func:`require_installed` before anything imports JAX, so the set-up cell stops on a missing
+JAX, or one older than the range, with the line to run.
 """
 from __future__ import annotations
 
@@ -18,8 +20,13 @@ JAX_TESTED = "0.12.0.1"
 JAX_BELOW = "0.13"
 
 
-class JaxTooOld(RuntimeError):
-    """This JAX is older than the course supports."""
+class JaxTooOld(ImportError):
+    """This JAX is older than the course supports (an ImportError: the set-up cell's import
+    stops on it, saying what to run)."""
+
+
+class JaxMissing(ImportError):
+    """This Python has no JAX (or no NumPy) at all."""
 
 
 def version_tuple(v: str) -> tuple[int, ...]:
@@ -58,6 +65,30 @@ def range_text() -> str:
 def upgrade_command(tpu: bool = False) -> str:
     extra = "[tpu]" if tpu else ""
     return f'pip install -U "jax{extra}>={JAX_MIN},<{JAX_BELOW}"'
+
+
+def require_installed() -> None:
+    """Raise :class:`JaxMissing` or :class:`JaxTooOld`, saying the one line to run, when this
+    Python has no JAX (or NumPy), or a JAX older than the range; imports neither (the
+    self-check package calls this before any module of its own needs them)."""
+    import importlib.metadata
+    import importlib.util
+
+    after = ("then restart the kernel (Colab: Runtime > Restart session) and run the set-up "
+             "cell again")
+    if importlib.util.find_spec("jax") is None:
+        raise JaxMissing(
+            f"this Python has no JAX; the course needs {range_text()}. Install it with\n"
+            f"    {upgrade_command()}\n(on a TPU runtime: {upgrade_command(tpu=True)}; or "
+            f"everything this folder needs: pip install -r requirements.txt), {after}.")
+    if importlib.util.find_spec("numpy") is None:
+        raise JaxMissing(f"this Python has no NumPy. Install what this folder needs with\n"
+                         f"    pip install -r requirements.txt\n{after}.")
+    try:
+        version = importlib.metadata.version("jax")
+    except importlib.metadata.PackageNotFoundError:  # a source checkout: asked when imported
+        return
+    require_jax(version)
 
 
 def require_jax(version: str | None = None) -> None:

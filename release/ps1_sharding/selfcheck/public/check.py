@@ -28,7 +28,7 @@ from ..core.compare import (
     values_message,
 )
 from ..core.compiling import FAST_CPU_COMPILE, on_cpu, runner
-from ..core.loader import load
+from ..core.loader import load, skipped_notes, written_names
 from ..core.meshes import make_mesh
 from ..course.reading import export_for_reading, read_paths
 
@@ -37,7 +37,8 @@ from ..course.reading import export_for_reading, read_paths
 #: 'baseline' (or None: none, or one kept with the grader) are [module relative to this package,
 #: function name]; 'baseline_model' holds a kept baseline's modeled figures (or None);
 #: 'limit' is the speed limit on the modeled TPU (None without a speed check);
-#: 'memory' is the grader's memory bar, {'layout': [x, y], 'bound': bytes, 'what': why}, or None
+#: 'memory' is the grader's memory bar, {'layout': [x, y], 'bound': bytes, 'what': why}, or None;
+#: 'speed_layout' is the mesh [x, y] of the grader's speed case
 PUBLIC: dict = {}
 
 
@@ -101,6 +102,7 @@ def public_entry(problem, *, figures: bool = False) -> dict:
         "baseline_model": modeled,
         "limit": None if problem.baseline is None else problem.threshold("tpu_model"),
         "memory": memory_entry(problem),
+        "speed_layout": [int(v) for v in problem.speed_layout],
     }
 
 
@@ -162,6 +164,8 @@ class PublicProblem:
     limit: Optional[float]
     #: a baseline kept with the grader, as figures: {'layout': [x, y], 'chips': {chip: {...}}}
     baseline_model: Optional[dict] = None
+    #: the mesh (x, y) of the grader's speed case
+    speed_layout: tuple = (2, 4)
 
     @property
     def static_argnums(self) -> tuple[int, ...]:
@@ -200,7 +204,8 @@ def problem(name: str):
         out_spec=PartitionSpec(*spec["out_spec"]), uses_mesh=spec["uses_mesh"],
         make_case=_function(spec["case"]),
         baseline=None if spec.get("baseline") is None else _function(spec["baseline"]),
-        limit=spec.get("limit"), baseline_model=spec.get("baseline_model"))
+        limit=spec.get("limit"), baseline_model=spec.get("baseline_model"),
+        speed_layout=tuple(spec.get("speed_layout", (2, 4))))
 
 
 #: what each check only the grader runs is about, as the self-check's last line names it
@@ -212,6 +217,7 @@ def _structure(rules, f, placed, static, mesh, prob, inputs, compiled: str) -> s
     (:mod:`autograder.course.reading`: its exported StableHLO, loops and branches counted on
     the case ``inputs``; ``compiled``: the text of its compiled module): None when they hold,
     else what to change."""
+    __tracebackhide__ = True  # pytest shows the check's message, not this frame
     exported, dynamic = export_for_reading(f, placed, static)
     paths = read_paths(exported, mesh if prob.uses_mesh else None, compiled, dynamic, inputs,
                        run=runner(FAST_CPU_COMPILE))
@@ -246,6 +252,7 @@ def _time_limit(seconds: float, what: str):
         return
 
     def stop(signum, frame):
+        __tracebackhide__ = True
         raise CheckFailed(f"{what}: still running after {seconds:g} s, the self-check's "
                              "time limit (an endless loop?); the grader stops it the same way")
 
@@ -264,6 +271,7 @@ def _wait(out, seconds: float, what: str) -> None:
     Python, so it is polled rather than awaited."""
     import time
 
+    __tracebackhide__ = True
     ready = getattr(out, "is_ready", None)
     if ready is None:
         return
@@ -291,6 +299,7 @@ def check(name: str, fn, *, layouts=((2, 4), (4, 2), (1, 8), (8, 1)), cases: int
     import os
     import secrets
 
+    __tracebackhide__ = True  # under pytest a failure shows its message, not this code
     if os.environ.get("NBGRADER_EXECUTION"):  # the grader's report on this function follows
         print(f"{name}: the self-check steps aside while nbgrader runs the notebook; the "
               "grader's report below says what passed")
@@ -356,6 +365,8 @@ def check(name: str, fn, *, layouts=((2, 4), (4, 2), (1, 8), (8, 1)), cases: int
                                      f"check({name!r}, fn, seed={seed}) draws them again)")
             n, n_edges = n + (not label), n_edges + bool(label)
     if verbose:
+        for note in notebook_notes(fn):
+            print("note:", note)
         hidden = [HIDDEN[c] for c in spec.get("hidden", ()) if c in HIDDEN]
         tools = [t for c, t in (("memory", "memory_profile"), ("speed", "tpu_profile"))
                  if c in spec.get("hidden", ())
@@ -377,8 +388,56 @@ def check(name: str, fn, *, layouts=((2, 4), (4, 2), (1, 8), (8, 1)), cases: int
 
 
 def load_functions(path) -> dict:
-    """The callables a notebook or .py file defines (demos and prints are not run)."""
+    """The callables a notebook or .py file defines, loaded as the grader loads them (demos
+    and prints are not run). What the loader notes (a statement it skips that sets something
+    up, a definition that failed) comes as a warning, which pytest lists in its summary."""
+    import warnings
+
     loaded = load(path, keep_names=frozenset(_table()))  # notes only where a checked name needs them
     for note in loaded.notes:
-        print("note:", note)
+        warnings.warn(f"note: {note}", LoadNote, stacklevel=2)
     return {k: v for k, v in loaded.namespace.items() if callable(v)}
+
+
+class LoadNote(UserWarning):
+    """What the grader's loader would note about the file the functions came from."""
+
+
+def notebook_file(fn):
+    """The saved notebook a function typed in a notebook kernel comes from, or None (a function
+    loaded from a file, or no notebook found): the one Jupyter names (``JPY_SESSION_NAME``,
+    VS Code's ``__vsc_ipynb_file__``), else the only notebook in the working folder that
+    defines a function of this name."""
+    import os
+    from pathlib import Path
+
+    if getattr(fn, "__module__", None) != "__main__":
+        return None
+    name = getattr(fn, "__name__", None)
+    named = [os.environ.get("JPY_SESSION_NAME"),
+             getattr(fn, "__globals__", {}).get("__vsc_ipynb_file__")]
+    for cand in named:
+        if cand and str(cand).endswith(".ipynb") and Path(cand).is_file():
+            return Path(cand)
+    found = []
+    for path in sorted(Path.cwd().glob("*.ipynb")):
+        try:
+            if name in written_names(path):
+                found.append(path)
+        except (OSError, ValueError):
+            continue
+    return found[0] if len(found) == 1 else None
+
+
+def notebook_notes(fn) -> list[str]:
+    """What the grader's loader would say about the saved notebook ``fn`` was typed in (a
+    statement it does not run that sets something up, or changes what a graded function
+    reads): the notebook ran those statements, the grader will not, so the check here cannot
+    show the difference. Empty where there is no notebook to read."""
+    path = notebook_file(fn)
+    if path is None:
+        return []
+    try:
+        return [f"{path.name}, {n}" for n in skipped_notes(path, frozenset(_table()))]
+    except Exception:  # noqa: BLE001 - a notebook saved half-way: nothing to say
+        return []

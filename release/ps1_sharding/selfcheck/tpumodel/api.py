@@ -97,6 +97,9 @@ class Modeled:
     devices: int = 1
     #: why the time is an upper bound (e.g. branches chosen by data, all costed)
     bounds: tuple = ()
+    #: per loop whose trip count depends on the data: the most iterations one entry of it ran
+    #: on the input it was counted on, which the model pinned (empty: no such loop)
+    trips: tuple = ()
 
     @property
     def time_us(self) -> float:
@@ -243,8 +246,10 @@ def model_student(problem, fn, mesh, args, *, chip=None, program=False) -> Model
         from .loops import pinned, trip_counts
 
         exported = jax.export.export(jax.jit(student))(*dynamic)
-        fixed = pinned(exported, trip_counts(exported, dynamic))
+        trips = trip_counts(exported, dynamic)
+        fixed = pinned(exported, trips)
         st = model_function(fixed.call, dynamic, geo_mesh, chip=chip, name="student")
+        st.trips = tuple(trips)
     return st
 
 

@@ -71,6 +71,13 @@ REUSED_NOTE = ("  (its programs are identical to ones already graded in this run
 REGRADE = "needs regrade"
 
 
+def shown(score: float) -> float:
+    """A score as reports and the CSV show it: two decimals (a share of 3 points such as
+    2.9545 reads 2.95). Sums are taken of the exact scores, and only their result is shown so;
+    the JSON reports and nbgrader's gradebook keep the exact values."""
+    return round(float(score), 2)
+
+
 @dataclass
 class FunctionResult:
     name: str
@@ -115,7 +122,7 @@ class FunctionResult:
         if self.regrade:
             return (f"{self.name}: {REGRADE} (not a grade: the grader failed here, not your "
                     f"code; it will be graded again)\n  {self.regrade}")
-        lines = [f"{self.name}: {self.score:g} / {self.max_score:g}"
+        lines = [f"{self.name}: {shown(self.score):g} / {shown(self.max_score):g}"
                  + (REUSED_NOTE if self.reused else "")]
         for c in self.checks:
             msg = c.message.replace("\n", "\n        ")
@@ -160,7 +167,8 @@ class SubmissionResult:
         return d
 
     def report(self) -> str:
-        head = f"{self.assignment or 'submission'}: {self.score:g} / {self.max_score:g}"
+        head = (f"{self.assignment or 'submission'}: {shown(self.score):g} / "
+                f"{shown(self.max_score):g}")
         if self.regrade:
             head += (f" so far; {len(self.regrade)} function(s) {REGRADE} (the grader's fault, "
                      "not a grade)")
@@ -170,4 +178,4 @@ class SubmissionResult:
 
 
 __all__ = ["CheckResult", "FunctionResult", "SubmissionResult", "passed", "failed", "skipped",
-           "asdict"]
+           "asdict", "shown"]
