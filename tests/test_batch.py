@@ -323,8 +323,91 @@ def test_a_refused_hand_in_is_its_own_not_the_graders(tmp_path):
     assert "refused before grading (the hand-in, not the grader" in run.stderr, run.stderr
     assert "grader's fault" not in run.stderr, run.stderr
     (row,) = list(csv.DictReader(out.open()))
-    assert row["student"] == "zoe" and row["isolated"] == "" and row["needs_regrade"] == ""
+    assert row["student"] == "zoe" and row["isolated"] == "not graded: refused"
+    assert row["needs_regrade"] == ""
     from autograder.classroom.batch import class_report_path
 
     page = class_report_path(out).read_text()
     assert "refused (the hand-in" in page and "graded without isolation" not in page
+
+
+def _deep(folder: Path, levels: int) -> Path:
+    """``levels`` folders, one inside the next, under ``folder`` (made without recursion)."""
+    import os
+
+    here = folder
+    for _ in range(levels):
+        here = here / "d"
+        os.mkdir(here)
+    return here
+
+
+def _remove_deep(folder: Path) -> None:
+    """Remove what :func:`_deep` made, deepest first (shutil.rmtree recurses, and fails)."""
+    import os
+
+    paths = []
+    here = folder
+    while (here / "d").is_dir():
+        here = here / "d"
+        paths.append(here)
+    for p in reversed(paths):
+        for f in p.iterdir():
+            f.unlink()
+        os.rmdir(p)
+
+
+def test_a_folder_past_its_caps_is_the_hand_ins_refusal(tmp_path):
+    """Folders that cost what they hold: one with more entries than the cap (50 here, through
+    Limits), one 1,200 folders deep (past Python's recursion limit, were it walked
+    recursively). Each is refused at once with its reason, listed for a look, never graded
+    and never the grader's fault ("isolated" says so); grading it directly refuses it too,
+    before any process starts."""
+    import time
+
+    from autograder.classroom.batch import grade_one
+    from autograder.supervisor.handin import FolderRefused
+    from autograder.supervisor.supervise import grade_submission
+
+    src = CLASS / "submitted" / "alice" / "ps1_sharding" / "ps1_sharding.ipynb"
+    many = tmp_path / "submitted" / "mia" / "ps1_sharding"
+    deep = tmp_path / "submitted" / "dan" / "ps1_sharding"
+    fine = tmp_path / "other" / "submitted" / "fay" / "ps1_sharding"
+    for d in (many, deep, fine):
+        d.mkdir(parents=True)
+        shutil.copy(src, d)
+    for i in range(60):
+        (many / f"empty{i}.txt").write_text("")
+    (fine / "helper.py").write_text("X = 1\n")
+    _deep(fine, 3)
+    _deep(deep, 1200)
+    try:
+        lim = Limits(folder_entries=50, folder_depth=32)
+        t0 = time.monotonic()
+        items = {i.student: i for i in discover(tmp_path, lim)}
+        assert time.monotonic() - t0 < 10
+        assert "more than 50 entries" in items["mia"].refused, items["mia"].refused
+        assert "more than 32 deep" in items["dan"].refused, items["dan"].refused
+        (fay,) = discover(tmp_path / "other", lim)
+        assert fay.refused is None and fay.own_folder
+        out = tmp_path / "out" / "grades.csv"
+        outcomes = grade_all(tmp_path, out=out, opts=Options(limits=lim), progress=False,
+                             warm=False)
+        assert sorted(o.item.student for o in outcomes) == ["dan", "mia"]
+        rows = {r["student"]: r for r in csv.DictReader(out.open())}
+        for who in ("mia", "dan"):
+            assert rows[who]["isolated"] == "not graded: refused", rows[who]
+            assert rows[who]["needs_regrade"] == ""
+            rep = next(o.report for o in outcomes if o.item.student == who)
+            assert rep["refused"] and not rep.get("error")
+        # straight to the supervisor (grade, nbgrader): refused before any process starts
+        opts = Options(assignment="ps1_sharding", folder=True, isolation=False, limits=lim)
+        for d in (many, deep):
+            with pytest.raises(FolderRefused):
+                grade_submission(d / "ps1_sharding.ipynb", opts)
+        # a folder grown past a cap after it was listed: still the hand-in's refusal
+        grown = grade_one(fay, Options(limits=Limits(folder_depth=2)),
+                          tmp_path / "reports2", b"k" * 32)
+        assert "more than 2 deep" in grown.report["refused"]
+    finally:
+        _remove_deep(deep)

@@ -76,6 +76,65 @@ def test_a_worker_that_misbehaves_never_blocks_the_judge(fake, why, monkeypatch,
         ex.close()
 
 
+def _counting_spawner(name: str, started: list):
+    """:func:`_fake_spawner`, counting the workers it starts in ``started``."""
+    spawn = _fake_spawner(name)
+
+    def counted(*a, **kw):
+        started.append(name)
+        return spawn(*a, **kw)
+    return counted
+
+
+def _requests_of(functions: list[str]):
+    """One request per function (ids 0, 1, ...)."""
+    one = grading.plan_for(registry.get("matmul_allgather"), seed=0).all_requests()[0]
+    return [dataclasses.replace(one, id=i, function=f) for i, f in enumerate(functions)]
+
+
+def test_a_silent_worker_costs_two_limits_not_one_per_function(monkeypatch, tmp_path):
+    """A worker that answers nothing, idle (here it never reads; a replaced sys.stdin or a
+    signal handler does the same): the first missed deadline restarts it, the fresh one misses
+    too, and the functions left fail at once, saying the worker stopped answering. Six
+    functions cost two limits and two workers, not six of each."""
+    started: list = []
+    monkeypatch.setattr(channel, "spawn_untrusted", _counting_spawner("never_reads", started))
+    names = [f"f{i}" for i in range(6)]
+    sub = tmp_path / "answers.py"
+    sub.write_text("")
+    ex = channel.SandboxExporter(sub, isolated=False, load_s=30, functions=names)
+    try:
+        ex.start()
+        ex.submit(_requests_of(names))  # every request ahead, as the judge sends them
+        errors = [ex.export([r], timeout=1.5)[r.id].error for r in _requests_of(names)]
+    finally:
+        ex.close()
+    assert ex.misses == 2 and len(started) == 2, (ex.misses, started)
+    assert all("time limit" in e for e in errors[:2]), errors
+    assert all(e.startswith("the worker stopped answering") for e in errors[2:]), errors
+
+
+def test_hangs_that_compute_cost_only_their_own_functions(monkeypatch, tmp_path):
+    """Two functions in a row that loop at trace time (computing, as an honest student's
+    endless loop does) each cost their own limit, and the function after them is still asked
+    and answered: only an idle worker is taken for one that stopped answering."""
+    started: list = []
+    monkeypatch.setattr(channel, "spawn_untrusted", _counting_spawner("busy_hangs", started))
+    names = ["hang_a", "hang_b", "answers_c"]
+    sub = tmp_path / "answers.py"
+    sub.write_text("")
+    ex = channel.SandboxExporter(sub, isolated=False, load_s=30, functions=names)
+    try:
+        ex.start()
+        ex.submit(_requests_of(names))
+        errors = [ex.export([r], timeout=1.5)[r.id].error for r in _requests_of(names)]
+    finally:
+        ex.close()
+    assert ex.misses == 2 and len(started) == 3, (ex.misses, started)
+    assert all("time limit" in e for e in errors[:2]), errors
+    assert errors[2] == "no program here", errors
+
+
 def test_a_submission_that_stops_its_worker_reading_is_told_so(tmp_path):
     """A student's module-level code that leaves the worker unable to read its requests costs
     that submission its functions (with the reason), within the limits: no hang."""

@@ -251,3 +251,56 @@ def test_a_hang_costs_one_limit_not_two(tmp_path, monkeypatch):
                 if c.metadata.get("nbgrader", {}).get("grade_id") == "grade_roll_diff")
     text = "".join(o.get("text", "") for o in cell.outputs)
     assert "time limit" in text and "were not run for this feedback" in text, text
+
+
+def test_the_notebook_is_data_never_a_witness(tmp_path, monkeypatch):
+    """A hand-in with every hidden cell deleted and a report planted in its metadata (the
+    notebook's and a cell's) saying every function needs a regrade: nbgrader autograde grades
+    every function all the same (roll_diff, the reference answer: full marks; the two left
+    unsolved: 0), none is left for manual grading, the planted report is gone and the cells are
+    back saying so; grade-all, on the same seed, gives the same scores."""
+    import nbformat
+    from nbgrader.api import Gradebook
+
+    from autograder.classroom.batch import grade_all
+    from autograder.classroom.nbgrader_plugin import REPORT_KEY, autograded_notebook
+    from autograder.supervisor.options import Options
+
+    demo, api, course, sub = _course_with_student(
+        tmp_path, monkeypatch, "pia", "c.GradeInSandbox.quick = True\n"
+        "c.GradeInSandbox.with_speed = False\nc.GradeInSandbox.run_student_cells = False\n"
+        "c.GradeInSandbox.seed = 7\n")
+    source = nbformat.read(course / "source" / "ps1_sharding" / "ps1_sharding.ipynb", 4)
+    nb = nbformat.read(sub / "ps1_sharding.ipynb", as_version=4)
+    for c in nb.cells:
+        if c.metadata.get("nbgrader", {}).get("grade_id") == "solution_roll_diff":
+            c.source = demo.solution_cells(source)["solution_roll_diff"]
+    nb.cells = [c for c in nb.cells if not c.metadata.get("nbgrader", {}).get("grade")]
+    planted = {"assignment": "ps1_sharding", "functions": {
+        n: {"score": 0.0, "needs_regrade": "planted"}
+        for n in ("shard_average_jit", "shard_average_shard_map", "roll_diff")}}
+    nb.metadata[REPORT_KEY] = planted
+    nb.cells[0].metadata["autograder_note"] = "planted"
+    _hand_in(sub, nb)
+    demo.check(api.autograde("ps1_sharding", "pia"), "autograde")
+    want = {"shard_average_jit": 0.0, "shard_average_shard_map": 0.0, "roll_diff": 4.0}
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        got = {n: gb.find_grade(f"grade_{n}", "ps1_sharding", "ps1_sharding", "pia")
+               for n in want}
+        assert {n: g.auto_score for n, g in got.items()} == want
+        assert not any(g.needs_manual_grade for g in got.values())
+    graded = nbformat.read(course / "autograded" / "pia" / "ps1_sharding" /
+                           "ps1_sharding.ipynb", as_version=4)
+    assert "planted" not in json.dumps(graded.metadata) + json.dumps(
+        [c.metadata for c in graded.cells])
+    texts = ["".join(o.get("text", "") for o in c.outputs) for c in graded.cells
+             if c.metadata.get("nbgrader", {}).get("grade")]
+    assert len(texts) == 3 and all("was removed from the notebook" in t for t in texts), texts
+    # grade-all on the same hand-in and seed: the same scores, the same cells put back
+    (o,) = grade_all(course, out=tmp_path / "g.csv", progress=False, warm=False,
+                     opts=Options(quick=True, with_speed=False, seed=7))
+    assert {n: f["score"] for n, f in o.report["functions"].items()} == want
+    again = autograded_notebook(sub / "ps1_sharding.ipynb", o.report)
+    assert "planted" not in json.dumps(again.metadata)
+    assert sum("was removed from the notebook" in json.dumps(c.get("outputs", []))
+               for c in again.cells) == 3

@@ -41,7 +41,7 @@ from typing import Optional
 from ..core.files import replaced
 from ..core.identity import GRADER_VERSION, grader_hash
 from ..core.results import REGRADE, shown
-from ..supervisor.handin import own_files, read_capped, regular
+from ..supervisor.handin import FolderRefused, own_files, read_capped, regular
 from .class_report import totals
 from .names import _slug
 
@@ -91,11 +91,12 @@ class UnknownStudent(ValueError):
     """``grade_all(force={...})`` named a student with no hand-in: said before any grading."""
 
 
-def discover(root: Path) -> list[Item]:
+def discover(root: Path, limits=None) -> list[Item]:
     """The submissions under ``root`` (nbgrader layout or a flat folder). A hand-in that is a
-    link or not a regular file, and two hand-ins that map to the same student and assignment,
-    come back refused (``Item.refused`` says why, naming the files): graded by nobody, and
-    listed for a look."""
+    link or not a regular file, one whose own folder is past a cap of ``limits`` (entries,
+    depth, listing time; None: the defaults of :class:`~autograder.supervisor.options.Limits`),
+    and two hand-ins that map to the same student and assignment, come back refused
+    (``Item.refused`` says why, naming the files): graded by nobody, and listed for a look."""
     root = Path(root)
     known = _known_assignments()
     if (root / "submitted").is_dir() and not (root / "submitted").is_symlink():
@@ -124,6 +125,12 @@ def discover(root: Path) -> list[Item]:
             if adir.is_symlink():
                 items.append(Item(sdir.name, a, adir, refused=f"the folder {sdir.name}/"
                                   f"{adir.name} is a link: grade-all reads no links"))
+                continue
+            try:  # the folder within its caps before anything else lists it
+                own_files(adir, limits=limits)
+            except FolderRefused as e:
+                items.append(Item(sdir.name, a, adir / f"{adir.name}.ipynb", own_folder=True,
+                                  refused=str(e)))
                 continue
             nb = _pick_notebook(adir, adir.name)
             if nb is None:
@@ -163,7 +170,7 @@ def fingerprint(item: Item, opts) -> str:
     h = hashlib.sha256()
     h.update(read_capped(item.path))
     if item.own_folder:  # helper files beside the notebook are graded with it
-        for p in own_files(item.path.parent):
+        for p in own_files(item.path.parent, limits=opts.limits):
             h.update(str(p.relative_to(item.path.parent)).encode())
             h.update(read_capped(p))
     h.update(json.dumps([GRADER_VERSION, grader_hash(), item.assignment, opts.quick, opts.seed,
@@ -280,10 +287,18 @@ def grade_one(item: Item, opts, reports: Path, key: bytes, *, force: bool = Fals
               seed: Optional[int] = None) -> Outcome:
     """Grade ``item`` (or reuse its verified report). ``seed``: the run's secret seed, shared
     by every submission of the run, so that identical programs are graded once."""
-    from ..supervisor.supervise import grade_submission
-
     if item.refused:
         return _refused(item)
+    try:
+        return _grade_one(item, opts, reports, key, force=force, seed=seed)
+    except FolderRefused as e:  # the folder grew past a cap since it was listed
+        return _refused(dataclasses.replace(item, refused=str(e)))
+
+
+def _grade_one(item: Item, opts, reports: Path, key: bytes, *, force: bool,
+               seed: Optional[int]) -> Outcome:
+    from ..supervisor.supervise import grade_submission
+
     fp = fingerprint(item, opts)
     if not force:
         old = _reuse(item, fp, reports, key)
@@ -335,6 +350,16 @@ def _cell(value):
     return value
 
 
+def isolated_cell(report: dict) -> str:
+    """The CSV's ``isolated`` cell: whether the student's code ran in the sandbox, or why
+    nothing of it ran."""
+    if report.get("refused"):
+        return "not graded: refused"
+    if report.get("error"):
+        return "not graded: the grader failed"
+    return "yes" if report.get("isolated", False) else "NO"
+
+
 def write_outputs(outcomes: list[Outcome], csv_path: Path, reports: Path) -> None:
     from ..course import registry
 
@@ -357,9 +382,7 @@ def write_outputs(outcomes: list[Outcome], csv_path: Path, reports: Path) -> Non
             w.writerow([_cell(o.item.student), _cell(o.report.get("assignment") or "")]
                        + [(REGRADE if fs[n].get("needs_regrade") else shown(fs[n]["score"]))
                           if n in fs else "" for n in fnames]
-                       + [total, max_total,
-                          "" if o.report.get("refused") else
-                          "yes" if o.report.get("isolated", False) else "NO",
+                       + [total, max_total, isolated_cell(o.report),
                           " ".join(o.report.get("needs_regrade") or [])])
     by_student: dict[str, list[dict]] = {}
     for o in rows:
@@ -387,7 +410,7 @@ def grade_all(root: Path, *, workers: int = 1, out: Optional[Path] = None,
 
     opts = opts or Options()
     root = Path(root)
-    items = discover(root)
+    items = discover(root, opts.limits)
     JUDGES.reserve(workers)  # a warm trusted grader for each submission graded at once
     if isinstance(force, (set, frozenset)):
         unknown = sorted(force - {it.student for it in items})
@@ -479,7 +502,11 @@ def _grade_on_cluster(items: list[Item], opts, reports: Path, key: bytes, schedu
         if it.refused:
             record(_refused(it))
             continue
-        fps[it] = fingerprint(it, opts)
+        try:
+            fps[it] = fingerprint(it, opts)
+        except FolderRefused as e:  # the folder grew past a cap since it was listed
+            record(_refused(dataclasses.replace(it, refused=str(e))))
+            continue
         old = None if it.key in forced else _reuse(it, fps[it], reports, key)
         if old is not None and not old.report.get("needs_regrade"):
             record(old)

@@ -113,16 +113,12 @@ class GradeTask:
         path = Path(item.path)
         files: dict[str, bytes] = {}
         if item.own_folder and path.parent.is_dir():
-            total = 0
-            for p in sorted(path.parent.rglob("*")):
-                rel = p.relative_to(path.parent)
-                if not p.is_file() or p.is_symlink() or any(x.startswith(".")
-                                                             for x in rel.parts):
-                    continue
-                total += p.stat().st_size
-                if total > limit:
-                    break
-                files[rel.as_posix()] = p.read_bytes()
+            from ..supervisor.handin import own_files, read_capped
+            from ..supervisor.options import Limits
+
+            for p in own_files(path.parent, limit, Limits.from_dict(options["limits"])
+                               if isinstance(options.get("limits"), dict) else None):
+                files[p.relative_to(path.parent).as_posix()] = read_capped(p)
         files[path.name] = path.read_bytes()  # the submission itself, always
         return cls(student=item.student, assignment=item.assignment, folder=path.parent.name,
                    filename=path.name, files=files, own_folder=bool(item.own_folder),
@@ -339,7 +335,7 @@ def grade_on_cluster(items: Iterable, opts, scheduler_address: str, *,
                 nxt += 1
                 try:
                     task = GradeTask.of(item, options, grader=grader, worker_cache=own)
-                except OSError as e:
+                except (OSError, ValueError) as e:  # ValueError: FolderRefused, a race
                     ready.append((item, GradeOutcome(error=f"cannot read the submission: {e}")))
                     continue
                 key = f"grade-{_slug(item.student)}-{uuid.uuid4().hex[:12]}"

@@ -13,6 +13,13 @@ cell that runs first can change them. :class:`GradeInSandbox` takes the place of
 3. every hidden cell's outputs (the report and the points) are written here, by the trusted
    side. A hidden cell always gets an ``execute_result``: nbgrader would read an empty one as
    full marks.
+
+The notebook is data, never a witness: whatever ``autograder_*`` metadata a hand-in carries
+(the notebook's or a cell's) is dropped before anything reads it, every graded function of the
+assignment is graded whether or not its hidden cell is still there, and a hidden cell the
+student removed is put back (:func:`restore_hidden_cells`) with its function's grade and a line
+saying so, as ``grade-all`` grades it: the two paths give one grade. What :class:`MarkRegrades`
+reads comes from this process (nbgrader's ``resources``), never from the notebook.
 """
 from __future__ import annotations
 
@@ -96,6 +103,61 @@ def graded_cells(nb) -> dict[int, str]:
     return out
 
 
+#: the prefix of every metadata key the grader writes into a notebook
+OWN_METADATA = "autograder"
+
+
+def strip_own_metadata(nb) -> list[str]:
+    """Drop every ``autograder*`` metadata key of ``nb`` and of its cells (what a hand-in
+    carries there was planted: only the grader writes such keys, after grading); the keys
+    dropped, for the log."""
+    dropped = []
+    for where, meta in [("notebook", nb.metadata)] + [
+            (f"cell {i + 1}", c.get("metadata", {})) for i, c in enumerate(nb.cells)]:
+        for k in [k for k in meta if str(k).startswith(OWN_METADATA)]:
+            del meta[k]
+            dropped.append(f"{where}: {k}")
+    return dropped
+
+
+def restore_hidden_cells(nb, assignment: str | None) -> list[str]:
+    """Put back the hidden cell (``grade_<function>``) of every graded function of
+    ``assignment`` that the hand-in no longer has, after its ``check_``/``solution_`` cell (or
+    at the end), so that its grade reaches nbgrader's gradebook as ``grade-all`` writes it
+    there; the functions whose cell was put back."""
+    from ..course import registry
+
+    if not assignment or assignment not in registry.assignments():
+        return []
+    have = set(graded_cells(nb).values())
+    ids = {c.get("metadata", {}).get("nbgrader", {}).get("grade_id"): i
+           for i, c in enumerate(nb.cells)}
+    restored = []
+    for prob in registry.problems(assignment):
+        if prob.name in have:
+            continue
+        cell = nbformat.v4.new_code_cell(
+            f"# The course autograder grades `{prob.name}` here (this hidden cell was removed "
+            "from the notebook and put back by the grader).")
+        cell.metadata["nbgrader"] = {"grade": True, "grade_id": f"grade_{prob.name}",
+                                     "locked": True, "points": float(prob.points),
+                                     "schema_version": 3, "solution": False}
+        at = ids.get(f"check_{prob.name}", ids.get(f"solution_{prob.name}"))
+        if at is None:
+            nb.cells.append(cell)
+        else:
+            nb.cells.insert(at + 1, cell)
+        ids = {c.get("metadata", {}).get("nbgrader", {}).get("grade_id"): i
+               for i, c in enumerate(nb.cells)}
+        restored.append(prob.name)
+    return restored
+
+
+#: what a put-back hidden cell says above its function's report
+RESTORED = ("the hidden cell of {fn} was removed from the notebook; the grader put it back and "
+            "graded {fn} from your code, as it grades every function of the assignment")
+
+
 def hung_functions(res) -> list[str]:
     """The graded functions of ``res`` (a SubmissionResult, or None) that ran past a time
     limit while graded: running the notebook's cells would only wait for them again."""
@@ -128,24 +190,30 @@ def _points(value: float, report: str) -> list:
                                    execution_count=None)]
 
 
-def fill_hidden_cells(nb, functions: dict, notes: list, *, missing: str) -> None:
+def fill_hidden_cells(nb, functions: dict, notes: list, *, missing: str,
+                      restored: tuple = ()) -> None:
     """Every hidden cell of ``nb`` gets its function's report (the ``notes`` first) and points
     from ``functions`` (name -> FunctionResult); a cell with no result gets 0 points and
-    ``missing`` as its reason. A hidden cell always gets an execute_result: nbgrader would read
-    an empty one as full marks."""
+    ``missing`` as its reason; a cell put back (its function in ``restored``) says so first. A
+    hidden cell always gets an execute_result: nbgrader would read an empty one as full
+    marks."""
     lines = [f"note: {n}" for n in notes]
     for i, fn in graded_cells(nb).items():
         cell = nb.cells[i]
         r = functions.get(fn)
+        first = [f"note: {RESTORED.format(fn=fn)}"] if fn in restored else []
         if r is None:
-            cell.outputs = _points(0.0, f"{fn or cell.metadata['nbgrader']['grade_id']}: "
-                                   f"{missing} (0 points)")
+            cell.outputs = _points(0.0, "\n".join(first + [
+                f"{fn or cell.metadata['nbgrader']['grade_id']}: {missing} (0 points)"]))
         else:
-            cell.outputs = _points(r.score, "\n".join(lines + [r.report()]))
+            cell.outputs = _points(r.score, "\n".join(first + lines + [r.report()]))
 
 
 #: the autograded notebook's metadata key holding the grader's report (SubmissionResult.to_dict)
 REPORT_KEY = "autograder_report"
+#: the key of nbgrader's ``resources`` under which GradeInSandbox hands MarkRegrades the
+#: grader's report (this process's own, never read from the notebook)
+RESOURCES_KEY = "autograder_report"
 
 
 class GradeInSandbox(NbGraderPreprocessor):
@@ -191,25 +259,39 @@ class GradeInSandbox(NbGraderPreprocessor):
         assignment = resources.get("nbgrader", {}).get("assignment")
         name = resources.get("nbgrader", {}).get("notebook", "submission")
         folder = Path(resources.get("metadata", {}).get("path") or ".")
+        resources.pop(RESOURCES_KEY, None)
+        dropped = strip_own_metadata(nb)
+        if dropped:
+            self.log.warning("the hand-in carried the grader's metadata, dropped: %s",
+                             ", ".join(dropped))
+        restored = restore_hidden_cells(nb, assignment)
+        if restored:
+            self.log.warning("hidden cell(s) removed from the hand-in, put back and graded: %s",
+                             ", ".join(restored))
         graded = graded_cells(nb)
         runnable = nbformat.from_dict(nb)
         for i in graded:
             runnable.cells[i].source = ""
             runnable.cells[i].outputs = []
+        # every function of the assignment, whatever cells the notebook has (as grade-all)
+        known = ([p.name for p in registry.problems(assignment)]
+                 if assignment in registry.assignments() else [])
+        only = sorted(known)
+        opts = self.options(assignment, only) if only else None
         with tempfile.TemporaryDirectory(prefix="autograde-nb-") as tmp:
             work = Path(tmp) / (assignment or "submission")
-            copy_student_folder(folder, work)
+            # a folder past a cap (entries, depth, listing time) stops here, with the reason,
+            # as nbgrader stops on a hand-in it refuses
+            copy_student_folder(folder, work, limits=opts.limits if opts else None)
             path = work / f"{name}.ipynb"
             nbformat.write(runnable, path)
-            known = {p.name for p in registry.problems(assignment)} if assignment else set()
-            only = sorted({f for f in graded.values() if f in known})
             # the notebook runs for the feedback while the functions are graded (two
             # processes, side by side); a function that hung while graded stops that run
             run = _Background(self._execute, path) if self.run_student_cells else None
             res = None
             try:
-                if only:
-                    res = grade_submission(path, self.options(assignment, only))
+                if opts is not None:
+                    res = grade_submission(path, opts)
             except BaseException:
                 if run is not None:
                     run.cancel()
@@ -233,9 +315,11 @@ class GradeInSandbox(NbGraderPreprocessor):
             notes.append(f"the notebook's own cells were not run for this feedback: "
                          f"{', '.join(hung)} ran past a time limit while graded")
         fill_hidden_cells(nb, res.functions if res is not None else {}, notes,
-                          missing="not a graded function of this assignment")
+                          missing="not a graded function of this assignment",
+                          restored=tuple(restored))
         if res is not None:  # the whole verdict, for a class report over autograded notebooks
             nb.metadata[REPORT_KEY] = res.to_dict()
+            resources[RESOURCES_KEY] = res.to_dict()
         return nb, resources
 
     def _execute(self, path: Path, started=lambda box: None):
@@ -320,7 +404,7 @@ class MarkRegrades(NbGraderPreprocessor):
 
         from .gradebook import cell_of
 
-        report = nb.metadata.get(REPORT_KEY) or {}
+        report = resources.get(RESOURCES_KEY) or {}  # GradeInSandbox's, never the notebook's
         regrade = [n for n, f in (report.get("functions") or {}).items()
                    if f.get("needs_regrade")]
         if not regrade:
@@ -357,9 +441,11 @@ def autograded_notebook(submitted: Path, report: dict):
     outputs they were handed in with (they are not run again), and the whole report is in the
     metadata. ``nbgrader generate_feedback`` turns it into the student's feedback."""
     nb = nbformat.read(submitted, as_version=4)
+    strip_own_metadata(nb)
+    restored = restore_hidden_cells(nb, report.get("assignment"))
     functions = {n: _function_result(n, d) for n, d in (report.get("functions") or {}).items()}
     fill_hidden_cells(nb, functions, list(report.get("notes") or ()),
-                      missing="not graded for this hand-in")
+                      missing="not graded for this hand-in", restored=tuple(restored))
     nb.metadata[REPORT_KEY] = report
     return nb
 

@@ -236,6 +236,20 @@ class Sandboxed:
                 total += int(v.split()[0])
         return total / 1024
 
+    def cpu_s(self) -> float:
+        """CPU seconds the sandbox's processes have used (user and system, their reaped
+        children included): a worker that loops computes, one that waits does not."""
+        tick = os.sysconf("SC_CLK_TCK")
+        total = 0
+        for pid in self.members():
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                total += sum(int(v) for v in fields[11:15])  # utime stime cutime cstime
+            except (OSError, IndexError, ValueError):
+                continue
+        return total / tick
+
     def kill(self) -> None:
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)

@@ -31,6 +31,14 @@ from ..isolation.sandbox import describe_exit
 #: requests sent ahead wait here while this side compiles); past it, the worker is stopped
 MAX_UNREAD = 512 << 20
 
+#: a worker that used less CPU than this share of a missed deadline was waiting, not
+#: computing: no loop of the submission's was running (a busy loop takes a core; at the
+#: clock's floor, a fifth of one)
+IDLE_SHARE = 0.05
+#: deadlines missed in a row by idle workers (the first one's, then the fresh one's) after which
+#: the submission's exports left fail at once: a worker that answers nothing costs two limits
+SILENT_MISSES = 2
+
 
 class WorkerStopped(Exception):
     """The untrusted worker died or ran out of time; ``phase`` says where."""
@@ -190,6 +198,14 @@ class SandboxExporter:
     restart); :meth:`export` sends requests and collects replies within a time limit. Every
     line it reads is parsed as an untrusted record. ``functions``: the graded functions the
     worker is to take out of the submission (default: every one the registry knows).
+
+    A budget per hand-in, not per function: a worker that misses a deadline is restarted, and
+    the functions after it are asked again, so one function's hang (a Python loop at trace
+    time, which keeps a core busy) costs that function alone, however many such functions
+    there are. A worker that misses its deadline *idle* (waiting, not computing: a replaced
+    ``sys.stdin``, a signal handler or a sleep in every function) is restarted once; when the
+    fresh one misses idle too, with no reply in between (:data:`SILENT_MISSES`), the worker
+    stopped answering, and every export left fails at once, saying so.
     """
 
     def __init__(self, submission: Path, *, isolated: bool, statement_s: float = 20.0,
@@ -219,6 +235,11 @@ class SandboxExporter:
         self.sent: set[int] = set()
         self.pending: dict[int, ExportRequest] = {}
         self.replies: dict[int, ExportReply] = {}
+        #: deadlines missed (all of them), and those missed idle in a row (no reply between)
+        self.misses = 0
+        self.idle_misses = 0
+        #: why every export left fails at once (None: the worker is still asked)
+        self.stopped_answering: Optional[str] = None
 
     # -- process ---------------------------------------------------------------------------
     def _spawn(self):
@@ -306,6 +327,8 @@ class SandboxExporter:
     def export(self, requests, timeout=120.0, on_reply=None):
         """Replies for ``requests`` (sent now unless :meth:`submit` sent them already);
         ``on_reply`` sees each as it arrives."""
+        if self.stopped_answering is not None:
+            return {r.id: ExportReply.of(r.id, error=self.stopped_answering) for r in requests}
         if self.box is None:
             return {r.id: ExportReply.of(r.id, error="the submission could not be loaded")
                     for r in requests}
@@ -315,6 +338,7 @@ class SandboxExporter:
         for rec in out.values():
             if on_reply is not None:
                 on_reply(rec)
+        cpu0, wall0 = self._cpu_s(), time.monotonic()
         try:
             if len(out) < len(want):
                 for line in self._lines(CLOCK.deadline(timeout)):
@@ -325,6 +349,7 @@ class SandboxExporter:
                     if rec.id not in self.pending:
                         continue
                     del self.pending[rec.id]
+                    self.idle_misses = 0  # it answers
                     if rec.id in want:
                         out[rec.id] = rec
                         if on_reply is not None:
@@ -334,18 +359,40 @@ class SandboxExporter:
                     if len(out) == len(want):
                         break
         except WorkerStopped as e:
+            timed_out = e.phase[0] == "timeout"
+            idle = timed_out and self._cpu_s() - cpu0 < IDLE_SHARE * (time.monotonic() - wall0)
+            self.misses += timed_out
+            self.idle_misses = self.idle_misses + 1 if idle else 0
             why = (f"it ran past the {timeout:g} s time limit for tracing and exporting the "
-                   "function (a loop that never ends at trace time?)" if e.phase[0] == "timeout" else
+                   "function (a loop that never ends at trace time?)" if timed_out else
                    f"the worker tracing it stopped: {e.why}")
             for r in requests:
                 out.setdefault(r.id, ExportReply.of(r.id, error=why))
                 self.pending.pop(r.id, None)
             later = list(self.pending.values())
             self.box.kill()
+            if self.idle_misses >= SILENT_MISSES:
+                self.stopped_answering = (
+                    f"the worker stopped answering: it missed the {timeout:g} s limit "
+                    f"{self.idle_misses} times in a row, idle each time (waiting, not "
+                    "computing: something in the submission blocks the worker itself, such as "
+                    "a replaced sys.stdin, a signal handler or a sleep in every function), so "
+                    "this function was not asked; `python -m autograder grade` on the file "
+                    "shows whether it answers")
+                self.box, self.pending = None, {}
+                return out
             self.start_again()
             self.pending, self.sent = {}, set(self.replies)
             self.submit(later)
         return out
+
+    def _cpu_s(self) -> float:
+        """CPU seconds the worker's sandbox has used (infinite where they cannot be read: a
+        worker is never judged idle without a reading)."""
+        try:
+            return self.box.cpu_s()
+        except Exception:  # noqa: BLE001 - no reading: counted as computing, never as idle
+            return float("inf")
 
     def start_again(self) -> None:
         """A fresh worker after a hang or crash (the loading notes are not repeated)."""

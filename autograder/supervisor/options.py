@@ -41,6 +41,12 @@ class Limits:
     #: submissions one warm trusted grader takes before it is replaced (1: a fresh grader for
     #: every submission); see :class:`autograder.supervisor.supervise.JudgePool`
     judge_jobs: int = 25
+    #: entries (files, folders, links, hidden ones included) a student's own folder may list,
+    #: how deep its folders may nest, and effective seconds for listing it: past any of them
+    #: the hand-in is refused with the reason (:func:`autograder.supervisor.handin.own_files`)
+    folder_entries: int = 10_000
+    folder_depth: int = 32
+    folder_s: float = 30.0
 
     def budget(self, n_functions: int) -> float:
         if self.per_submission_s:

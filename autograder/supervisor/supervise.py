@@ -353,18 +353,25 @@ def _run_grader(sub: Path, work: Path, opts: Options, *, only: Optional[list[str
     return run
 
 
-def copy_student_folder(src: Path, dest: Path, limit: int = MAX_HANDIN) -> None:
+def copy_student_folder(src: Path, dest: Path, limit: int = MAX_HANDIN,
+                        limits: Optional[Limits] = None) -> None:
     """The student's folder (their own regular files only, no link followed), up to ``limit``
-    bytes in all."""
+    bytes in all. :class:`~autograder.supervisor.handin.FolderRefused` (nothing copied) for a
+    folder past ``limits``' caps on entries, depth or listing time."""
     dest.mkdir(parents=True, exist_ok=True)
     if not src.is_dir() or src.is_symlink():
         return
-    for p in own_files(src, limit):
+    made = {dest}
+    for p in own_files(src, limit, limits):
         target = dest / p.relative_to(src)
-        target.parent.mkdir(parents=True, exist_ok=True)
+        for d in reversed(target.parents):
+            if d not in made and dest in d.parents:
+                d.mkdir(exist_ok=True)
+                made.add(d)
         target.write_bytes(read_capped(p))
-    for d in [dest, *dest.rglob("*")]:
-        d.chmod(0o755 if d.is_dir() else 0o644)
+        target.chmod(0o644)
+    for d in made:
+        d.chmod(0o755)
 
 
 def _problems_for(assignment: Optional[str]):
@@ -419,9 +426,11 @@ def grade_submission(submission: Path, opts: Optional[Options] = None, *,
     used up before the function was reached) is marked as needing a regrade, never scored as
     the student's zero.
 
-    Raises ValueError for an unknown assignment or function name and
+    Raises ValueError for an unknown assignment or function name,
     :class:`IsolationUnavailable` where student code cannot be isolated (unless
-    ``opts.isolation`` is False), before any process starts."""
+    ``opts.isolation`` is False), and :class:`~autograder.supervisor.handin.FolderRefused` (a
+    ValueError: the hand-in's, not the grader's) for a student's folder past a cap of
+    ``opts.limits``, before any process starts."""
     from ..course import registry
 
     opts = opts or Options()
@@ -439,7 +448,7 @@ def grade_submission(submission: Path, opts: Optional[Options] = None, *,
         subdir.mkdir(parents=True)
         sub = subdir / submission.name
         if opts.folder:
-            copy_student_folder(submission.parent, subdir)
+            copy_student_folder(submission.parent, subdir, limits=lim)
         sub.write_bytes(read_capped(submission))
         os.chmod(sub, 0o644)
         for d in (work / "sub", subdir):
