@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from ..core.compare import compare_values, values_message
+from ..core.compare import compare_values, secret_difference, values_message
 from ..core.problem import Case, Problem
 from .reading import Paths
 from ..core.results import CheckResult, failed, passed
@@ -30,9 +30,19 @@ class Attempt:
     #: the program as each group of devices ran it, or why it could not be read
     #: (:mod:`autograder.course.reading`); None where it was not read
     paths: Optional[Paths] = None
+    #: the same program run on public inputs of this case's shapes, where this case's output is
+    #: wrong (:func:`numerics` quotes values from that run alone); None: not run
+    public: Optional["Attempt"] = None
 
     def where(self, problem: Problem) -> str:
         return where(problem, self.layout, self.case)
+
+    def wrong(self, problem: Problem) -> Optional[str]:
+        """What is wrong with this case's output, said as a case with secret inputs must be
+        (:func:`~autograder.core.compare.secret_difference`: no value, index or count); None if
+        it is right. ``copies_error`` is expected in its secret form too."""
+        return values_message(secret_difference(self.value, self.expected, problem.rtol,
+                                                problem.atol), self.copies_error)
 
 
 def mesh_name(layout) -> str:
@@ -61,21 +71,54 @@ class Timing:
     modeled: dict = field(default_factory=dict)  # e.g. modeled TPU figures, when available
 
 
+def first_wrong(problem: Problem, attempts: list[Attempt]) -> Optional[Attempt]:
+    """The attempt :func:`numerics` reports: the first that raised or is wrong; None if none."""
+    for a in attempts:
+        if a.error is not None or a.wrong(problem) is not None:
+            return a
+    return None
+
+
 def numerics(problem: Problem, attempts: list[Attempt]) -> CheckResult:
+    """Every case right, or what is wrong with the first that is not. The grading cases' inputs
+    come from the secret seed: a message says where (the mesh, the shapes, the kind of fault)
+    and quotes values (an index, the reference's and the output's) only from the same program
+    run on public inputs of those shapes (:attr:`Attempt.public`), so nothing it quotes can
+    depend on the secret seed, whatever the program computes."""
     if not attempts:
         return failed("numerics", "no test case could be run")
-    for a in attempts:
+    a = first_wrong(problem, attempts)
+    if a is not None:
         if a.error is not None:
             return failed("numerics", f"{a.where(problem)}: {a.error}")
-        tiles = ((problem.out_spec, {"X": a.layout[0], "Y": a.layout[1]})
-                 if problem.uses_mesh else None)
-        msg = values_message(compare_values(a.value, a.expected, problem.rtol, problem.atol,
-                                            tiles=tiles), a.copies_error)
-        if msg is not None:
-            return failed("numerics", f"{a.where(problem)}: {msg}")
+        return failed("numerics",
+                      f"{a.where(problem)}: {a.wrong(problem)}{public_values(problem, a)}")
     layouts = list(dict.fromkeys(a.layout for a in attempts))
     return passed("numerics", f"matches the NumPy reference on {len(attempts)} cases"
                   + (f" ({on_meshes(layouts)})" if problem.uses_mesh else ""))
+
+
+def public_values(problem: Problem, a: Attempt) -> str:
+    """What the same program does on public inputs of ``a``'s shapes (its values, the worst
+    index, the wrong blocks), or why no value is quoted: the sentences after a secret case's
+    fault in a numerics message."""
+    secret = (" (the grading cases' values come from the run's secret seed and are never "
+              "quoted)")
+    p = a.public
+    if p is None or p.error is not None or p.value is None:
+        return (f"{secret}; your notebook's check({problem.name!r}, fn) runs public cases "
+                "and shows the values")
+    tiles = ((problem.out_spec, {"X": p.layout[0], "Y": p.layout[1]})
+             if problem.uses_mesh else None)
+    msg = values_message(compare_values(p.value, p.expected, problem.rtol, problem.atol,
+                                        tiles=tiles), p.copies_error)
+    if msg is None:
+        return (f"{secret}. The same program gives the right answer on public inputs of these "
+                "shapes, so the fault shows with some values only: look for what depends on "
+                "the data (a routing, an index, a count), and run your notebook's "
+                f"check({problem.name!r}, fn) several times, which draws new cases each time")
+    return (f"{secret}. The same program on public inputs of these shapes (the same in every "
+            f"grading run): {msg}")
 
 
 def sharding(problem: Problem, attempts: list[Attempt]) -> CheckResult:
@@ -133,11 +176,12 @@ def big_case_values(problem: Problem, check: str, where: str, value: np.ndarray,
     compute that case's answer, else None. The big cases have public shapes, so a function that
     notices big inputs and skips the work would otherwise buy the memory or speed share: only a
     program that computes the answer is measured."""
-    msg = values_message(compare_values(value, expected, problem.rtol, problem.atol), copies)
+    msg = values_message(secret_difference(value, expected, problem.rtol, problem.atol), copies)
     if msg is None:
         return None
     return failed(check, f"{where}: the program for this case does not compute the answer "
-                  f"({msg}). The {check} check measures only a program that does; a function "
+                  f"({msg}; the case's values come from the run's secret seed and are never "
+                  f"quoted). The {check} check measures only a program that does; a function "
                   "must compute the same thing whatever the size of its inputs")
 
 
@@ -184,10 +228,12 @@ def speed(problem: Problem, t: Timing) -> CheckResult:
         m = t.modeled
         figures += (f"; modeled on TPU {m.get('chip', '?')}: {m['student_us']:.1f} us vs "
                     f"{m['baseline_us']:.1f} us (ratio {m['ratio']:.2f})")
-        if m.get("trips"):
-            counts = ", ".join(str(t) for t in m["trips"])
+        if m.get("trips"):  # counted on the speed case, whose values are secret: not quoted
+            n = len(m["trips"])
             figures += (f", each loop modeled at the most iterations one entry of it ran on "
-                        f"the grading input ({counts})")
+                        f"the grading input ({n} loop{'s' * (n != 1)}; the counts come from "
+                        "the secret case and are not quoted: the notebook's tpu_profile counts "
+                        "them on public inputs)")
         bounds = (m.get("student") or {}).get("bounds")
         if bounds:
             figures += (f"; an upper bound, since the model cannot know which way the program "

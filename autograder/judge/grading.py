@@ -289,6 +289,10 @@ class Plan:
         lays = self.problem.layouts or all_layouts()
         return lays[:2] if self.quick else lays
 
+    def randomized_per_mesh(self) -> int:
+        """How many of a mesh's cases (:meth:`cases`) are randomized; the edge cases follow."""
+        return 1 if self.quick else self.problem.cases_per_mesh * self.problem.draws_per_shape
+
     def cases(self):
         """[(layout, [Case, ...])] for the numerics, rebuilt identically on every call."""
         out = []
@@ -304,6 +308,30 @@ class Plan:
                 cases += self.problem.edges(rng, *layout)
             out.append((layout, cases))
         return out
+
+    def public_twin(self, layout, case: Case, edge: Optional[int] = None) -> Optional[Case]:
+        """A case of ``case``'s shapes and static values whose inputs are public: drawn from
+        :data:`PUBLIC_SEED`, never from the secret seed, so whatever a message quotes of the
+        student's program on it is the same in every grading run. ``edge``: ``case`` is the
+        problem's edge case of that number, and its public draw is tried first (the same kind
+        of input: all tokens to one expert, a negative shift); then the edge cases and the
+        randomized cases of a public stream, the first with the same signature. None where
+        :data:`PUBLIC_DRAWS` draws find none."""
+        problem = self.problem
+        want = _signature(problem, case)
+        rng = np.random.default_rng([PUBLIC_SEED, zlib.crc32(problem.name.encode()),
+                                     *(int(v) for v in layout)])
+        edges = problem.edges(rng, *layout)
+        if edge is not None and edge < len(edges) and _signature(problem, edges[edge]) == want:
+            return edges[edge]
+        for c in edges:
+            if _signature(problem, c) == want:
+                return c
+        for _ in range(PUBLIC_DRAWS):
+            c = problem.case(rng, *layout, "grade")
+            if _signature(problem, c) == want:
+                return c
+        return None
 
     def big(self, size: str) -> tuple:
         """(layout, Case) of the memory or speed check."""
@@ -364,6 +392,12 @@ class Plan:
                 _PLANNED.popitem(last=False)
         return list(self.requests.values())
 
+
+#: the seed of the public cases a numerics message quotes values from (:meth:`Plan.public_twin`):
+#: public by design, the same in every grading run
+PUBLIC_SEED = 20250101
+#: randomized cases drawn, at most, to find one of a given signature (each costs microseconds)
+PUBLIC_DRAWS = 4000
 
 #: how many functions' planned requests this process keeps (:meth:`Plan.all_requests`): every
 #: graded function of the course, a few times over
@@ -636,8 +670,11 @@ def _mesh_for(problem: Problem, layout):
 
 
 def run_case(programs: Programs, layout, case: Case, *, want_program: bool,
-             timeout: float | None = None) -> checks.Attempt:
-    """Run one case of the student's program, and read its structure if asked."""
+             timeout: float | None = None, secret: bool = True) -> checks.Attempt:
+    """Run one case of the student's program, and read its structure if asked. ``secret``:
+    the case's inputs come from the secret seed (every case the grader plans), so what it finds
+    wrong is said without values (:func:`~autograder.core.compare.copies_disagree`'s secret
+    form); False for a public twin (:meth:`Plan.public_twin`)."""
     import jax
 
     problem = programs.plan.problem
@@ -655,7 +692,8 @@ def run_case(programs: Programs, layout, case: Case, *, want_program: bool,
             if problem.uses_mesh:
                 with grader_work("comparing the output's layout and copies"):
                     att.sharding_error = sharding_problem(out, mesh, problem.out_spec)
-                    att.copies_error = copies_disagree(out, mesh, problem.rtol, problem.atol)
+                    att.copies_error = copies_disagree(out, mesh, problem.rtol, problem.atol,
+                                                       secret=secret)
             if want_program:
                 art = programs.artifact(layout, case)
                 with phase("read structure"):
@@ -703,6 +741,38 @@ def gather_attempts(programs: Programs) -> list[checks.Attempt]:
             if att.error and "timed out" in att.error:
                 return attempts  # one hang is enough evidence; do not wait for more
     return attempts
+
+
+#: seconds a public twin's run may take (its program is compiled already; an honest one takes
+#: milliseconds): past it, no value is quoted
+TWIN_TIMEOUT = 10.0
+
+
+def run_public_twin(programs: Programs, attempts: list[checks.Attempt]) -> None:
+    """Where a numerics case's output is wrong, run the same compiled program on public inputs
+    of that case's shapes (:meth:`Plan.public_twin`) and keep the run in the attempt's
+    ``public``: the numerics message quotes values from it alone. Nothing here changes a
+    verdict; a twin that cannot be drawn, raises or runs long leaves ``public`` None."""
+    problem = programs.plan.problem
+    with grader_work("finding the failing case"):
+        bad = checks.first_wrong(problem, attempts)
+    if bad is None or bad.error is not None:
+        return
+    edge = None
+    for layout, cases in programs.cases():
+        if layout == bad.layout:
+            at = next((i for i, c in enumerate(cases) if c is bad.case), None)
+            randomized = programs.plan.randomized_per_mesh()
+            if at is not None and at >= randomized:
+                edge = at - randomized
+    with grader_work("drawing a public case"):
+        twin = programs.plan.public_twin(bad.layout, bad.case, edge)
+    if twin is None:
+        return
+    att = run_case(programs, bad.layout, twin, want_program=False, timeout=TWIN_TIMEOUT,
+                   secret=False)
+    if att.error is None:
+        bad.public = att
 
 
 def measure(student, baseline, args, *, rounds: int = 15, min_batch_s: float = 2e-3) -> tuple:
@@ -809,6 +879,8 @@ def _grade(programs: Programs, res: FunctionResult, *, with_speed: bool, modeler
     problem = programs.plan.problem
     with phase("numerics (compile and run)"):
         attempts = gather_attempts(programs)
+    with phase("numerics: a public case"):
+        run_public_twin(programs, attempts)
     with grader_work("the numerics check"):
         num = checks.numerics(problem, attempts)
     res.checks.append(num)
@@ -908,8 +980,8 @@ def _big_case_values(programs: Programs, check: str, where: str, compiled, big: 
     out = genuine_array(out)
     value = np.asarray(jax.device_get(out))
     expected = big.expected
-    copies = (copies_disagree(out, _mesh_for(problem, big.layout), problem.rtol, problem.atol)
-              if problem.uses_mesh else None)
+    copies = (copies_disagree(out, _mesh_for(problem, big.layout), problem.rtol, problem.atol,
+                              secret=True) if problem.uses_mesh else None)
     return checks.big_case_values(problem, check, where, value, expected, copies)
 
 

@@ -1,0 +1,127 @@
+"""Feedback says where, not what: a message about a case drawn from the grading run's secret
+seed quotes no value that seed produced, whatever the student's program computes; values (the
+worst index, the reference's and the program's) come from the same program run on public
+inputs of the same shapes."""
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from conftest import check_of
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from autograder.core.compare import copies_disagree, secret_difference
+from autograder.course import registry
+from autograder.supervisor import local
+
+
+def leaky_shard_average_jit(A, mesh):
+    """Right everywhere but at [0, 0], where it hands back A[0, 0] scaled: a secret input,
+    if the message quoted the program's value there."""
+    out = A.reshape(mesh.shape["X"], A.shape[0] // mesh.shape["X"], A.shape[1]).mean(axis=1)
+    out = jax.lax.with_sharding_constraint(out, NamedSharding(mesh, P("X", "Y")))
+    return out.at[0, 0].set(A[0, 0] * 1e6 + 12345)
+
+
+PROBLEM = registry.get("shard_average_jit")
+
+
+def _numerics(fn, seed):
+    res = local.grade_function(PROBLEM, fn, seed=seed, quick=True, with_speed=False)
+    return check_of(res, "numerics")
+
+
+def _first_case(seed):
+    from autograder.judge.grading import plan_for
+
+    (layout, (case, *_)), *_ = plan_for(PROBLEM, seed=seed, quick=True).cases()
+    return layout, case
+
+
+def _seeds_with_the_same_first_shape():
+    """Two secret seeds whose first case (the one a message is about) has the same shape:
+    the message may name the shape, so only then must it be the same text."""
+    seen = {}
+    for seed in range(1, 200):
+        shape = _first_case(seed)[1].args[0].shape
+        if shape in seen:
+            return seen[shape], seed
+        seen[shape] = seed
+    raise AssertionError("no two seeds draw the same shape")
+
+
+def test_a_numerics_message_is_the_same_under_any_secret_seed():
+    a, b = _seeds_with_the_same_first_shape()
+    assert _first_case(a)[1].args[0][0, 0] != _first_case(b)[1].args[0][0, 0]
+    one, two = _numerics(leaky_shard_average_jit, a), _numerics(leaky_shard_average_jit, b)
+    assert not one.passed and not two.passed
+    assert one.message == two.message, (one.message, two.message)
+    msg = one.message
+    # where: the mesh, the shapes, and from the public run the index and both values
+    assert re.search(r"on mesh \dx\d with A: float32\[\d+, \d+\]", msg), msg
+    assert "values differ" in msg and "worst at index (0, 0)" in msg, msg
+    assert "on public inputs of these shapes" in msg and "secret seed" in msg, msg
+    for seed in (a, b):  # neither secret A[0, 0], scaled as the program scales it
+        secret = float(_first_case(seed)[1].args[0][0, 0]) * 1e6 + 12345
+        assert f"{secret:.6g}" not in msg, msg
+
+
+def test_a_fault_only_the_secret_values_show_is_told_without_a_value():
+    """A program right on the public twin and wrong on the secret cases (it compares an input
+    with the twin's) is told where, and that the public inputs of these shapes pass."""
+    from autograder.judge.grading import plan_for
+
+    layout, case = _first_case(11)
+    twin = plan_for(PROBLEM, seed=11, quick=True).public_twin(layout, case)
+    mark = float(twin.args[0][0, 0])
+
+    def right_on_the_twin_only(A, mesh):
+        out = A.reshape(mesh.shape["X"], A.shape[0] // mesh.shape["X"], A.shape[1]).mean(axis=1)
+        out = jax.lax.with_sharding_constraint(out, NamedSharding(mesh, P("X", "Y")))
+        return jnp.where(A[0, 0] == mark, out, out + A[0, 0])
+
+    msg = _numerics(right_on_the_twin_only, 11).message
+    assert "values differ" in msg and "right answer on public inputs" in msg, msg
+    assert not re.search(r"\d\.\d|at index", msg), msg  # no value, no index
+
+
+def test_secret_forms_name_the_fault_only():
+    want = np.ones((4, 8), np.float32)
+    got = want.copy()
+    got[1, 2] = 7.5
+    assert secret_difference(got, want, 1e-5, 1e-5) == (
+        "values differ from the NumPy reference beyond the tolerance")
+    got[1, 2] = np.nan
+    assert secret_difference(got, want, 1e-5, 1e-5) == "the output holds NaN or inf values"
+    assert secret_difference(want, want, 1e-5, 1e-5) is None
+    assert "expected shape (4, 8), found (8, 4)" in secret_difference(want.T, want, 1e-5, 1e-5)
+
+
+def test_copies_that_disagree_on_a_secret_case_name_no_device_or_value():
+    from autograder.core.meshes import make_mesh
+
+    mesh = make_mesh(2, 4)
+    sharding = NamedSharding(mesh, P("X", None))
+    shards = [np.full((2, 8), 1.0 + (d.id == 3) * 41.5, np.float32)
+              for d in sharding.addressable_devices_indices_map((4, 8))]
+    devices = list(sharding.addressable_devices_indices_map((4, 8)))
+    out = jax.make_array_from_single_device_arrays(
+        (4, 8), sharding, [jax.device_put(s, d) for s, d in zip(shards, devices)])
+    full = copies_disagree(out, mesh, 1e-5, 1e-5)
+    secret = copies_disagree(out, mesh, 1e-5, 1e-5, secret=True)
+    assert "42.5" in full and "disagree" in full
+    assert "disagree" in secret and not re.search(r"\d", secret), secret
+
+
+def test_the_speed_message_quotes_no_loop_count_of_the_secret_case():
+    """Trip counts are counted on the speed case, whose values are secret: a loop that runs
+    as often as an input says would read that input back."""
+    from autograder.course import checks
+
+    modeled = {"chip": "v5e", "student_us": 10.0, "baseline_us": 9.0, "ratio": 1.11,
+               "trips": [7771, 4242], "threshold": 1.5}
+    msg = checks.speed(registry.get("moe_all_to_all"),
+                       checks.Timing(0, 0, float("nan"), 0, "cpu", modeled)).message
+    assert "most iterations one entry of it ran" in msg and "2 loops" in msg, msg
+    assert "7771" not in msg and "4242" not in msg, msg
