@@ -216,6 +216,46 @@ def test_the_refusal_names_the_source_line(name):
     assert "is not part of this course's programs" in str(got)
 
 
+def _primitive(name: str, lowering):
+    from jax.extend.core import Primitive
+    from jax.interpreters import mlir
+
+    prim = Primitive(name)
+    prim.def_impl(lambda x: x * 2)
+    prim.def_abstract_eval(lambda x: x)
+    mlir.register_lowering(prim, lowering)
+    return prim
+
+
+def _map_lowering(ctx, x):
+    """``x + x`` written as a stablehlo.map by hand: what no jnp function writes."""
+    from jax._src.lib.mlir import ir
+    from jax._src.lib.mlir.dialects import hlo
+    from jax.interpreters import mlir
+
+    aval = ctx.avals_out[0]
+    op = hlo.MapOp(mlir.aval_to_ir_type(ctx.module_context, aval), [x],
+                   ir.DenseI64ArrayAttr.get(list(range(aval.ndim))))
+    block = op.regions[0].blocks.append(
+        ir.RankedTensorType.get([], mlir.dtype_to_ir_type(aval.dtype)))
+    with ir.InsertionPoint(block):
+        hlo.return_([hlo.add(block.arguments[0], block.arguments[0])])
+    return op.results
+
+
+def test_a_custom_primitive_is_judged_by_its_ops_never_by_its_name():
+    from jax.interpreters import mlir
+
+    named_like_a_collective = _primitive("ppermute", mlir.lower_fun(lambda x: x * 2,
+                                                                     multiple_results=False))
+    innocently_named = _primitive("add_any", _map_lowering)
+    assert refusal(_text(lambda a: named_like_a_collective.bind(a)), (2, 4)) is None
+    got = refusal(_text(lambda a: innocently_named.bind(a)), (2, 4))  # map here
+    assert str(got).startswith(f"stablehlo.map (at test_optable.py line {_line_of('# map here')})"
+                               f" is not part of this course's programs: write the computation "
+                               "with jnp"), got
+
+
 def test_totalorder_inside_a_sort_is_the_sort_s_own():
     assert refusal(_text(lambda a: jnp.sort(a, axis=1)), (2, 4)) is None
 

@@ -168,8 +168,9 @@ ADVICE = {
     "stablehlo.send": "send blocks with jax.lax.ppermute",
     "stablehlo.recv": "send blocks with jax.lax.ppermute",
     "stablehlo.dot_general": "multiply the float32 arrays as they are (jnp.dot, @, einsum; a "
-                             "precision= argument is fine): a product split into bfloat16 "
-                             "parts, or computed in other types, is not priced",
+                             "precision of DEFAULT, HIGH or HIGHEST is fine): a product split "
+                             "into bfloat16 parts, computed in other types or with a dot "
+                             "algorithm is not priced",
     "stablehlo.compare": "compare with <, <=, ==, ... on the values (a TOTALORDER comparison is "
                          "only for sorting; jnp.searchsorted on floats writes one: search "
                          "integers instead, or count with jnp.sum(a <= v))",
