@@ -158,6 +158,10 @@ TEXTS = {
     "all_reduce by product": (
         _all_reduce(f"{_ROWS}, {_CHANNEL}, use_global_device_ids", reducer="multiply"),
         "stablehlo.all_reduce with reduction = stablehlo.multiply"),
+    "all_reduce doubling": (
+        _all_reduce(f"{_ROWS}, {_CHANNEL}, use_global_device_ids").replace(
+            "stablehlo.add %x, %y", "stablehlo.add %x, %x"),
+        "stablehlo.all_reduce with reduction = stablehlo.add not of its two operands"),
     "unknown custom call": (_module(
         '%0 = stablehlo.custom_call @my_kernel(%arg0) : (tensor<8xf32>) -> tensor<8xf32> '
         'return %0 : tensor<8xf32>'),

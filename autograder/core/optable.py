@@ -308,11 +308,31 @@ def check_op(op, placed) -> Optional[Refusal]:
         elif got not in allowed:
             return Refusal(name, attr, got, where, advice)
     if row.reducer is not None:
-        body = [o.name for o in op.regions[0].blocks[0].operations]
-        if len(body) != 2 or body[0] not in row.reducer or body[1] != "stablehlo.return":
-            return Refusal(name, "reduction", " then ".join(body[:-1]) or "(empty)", where,
-                           advice)
+        body = _reducer(op.regions[0].blocks[0], row.reducer)
+        if body is not None:
+            return Refusal(name, "reduction", body, where, advice)
     return None
+
+
+def _reducer(block, allowed: frozenset) -> Optional[str]:
+    """None where a collective's reduction body applies one allowed op to its two arguments
+    and returns the result (``psum``'s add, ``pmax``'s maximum ...), as jax.lax writes it;
+    else what the body does."""
+    ops = [o.operation for o in block.operations]
+    names = " then ".join(o.name for o in ops[:-1]) or "(nothing)"
+    if len(ops) != 2 or ops[0].name not in allowed or ops[1].name != "stablehlo.return":
+        return names
+    args = [_arg_number(v) for v in ops[0].operands]
+    if (len(list(block.arguments)) != 2 or None in args or sorted(args) != [0, 1]
+            or list(ops[1].operands) != list(ops[0].results)):
+        return f"{names} not of its two operands"
+    return None
+
+
+def _arg_number(v):
+    from jax._src.lib.mlir import ir
+
+    return v.arg_number if isinstance(v, ir.BlockArgument) else None
 
 
 def _short(text: str) -> str:
