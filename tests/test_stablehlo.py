@@ -429,17 +429,21 @@ _GROUPS = ("replica_groups = dense<[[0, 1, 2, 3], [4, 5, 6, 7]]> : tensor<2x4xi6
            "use_global_device_ids")
 
 
+#: a collective in a reduction's body: no walk of calls, loops and branches reaches it
+_IN_A_REDUCTION = (
+    '%c = stablehlo.constant dense<0.0> : tensor<f32> '
+    '%0 = stablehlo.reduce(%arg0 init: %c) across dimensions = [0] : '
+    '(tensor<8xf32>, tensor<f32>) -> tensor<f32> '
+    'reducer(%a: tensor<f32>, %b: tensor<f32>) { '
+    '%1 = "stablehlo.all_reduce"(%b) <{' + _GROUPS + '}> ({ '
+    '^bb0(%x: tensor<f32>, %y: tensor<f32>): %s = stablehlo.add %x, %y : tensor<f32> '
+    'stablehlo.return %s : tensor<f32> }) : (tensor<f32>) -> tensor<f32> '
+    '%2 = stablehlo.add %a, %1 : tensor<f32> stablehlo.return %2 : tensor<f32> } '
+    'return %0 : tensor<f32>')
+
+
 @pytest.mark.parametrize("body, result, says", [
-    # a collective in a reduction's body: no walk of calls, loops and branches reaches it
-    ('%c = stablehlo.constant dense<0.0> : tensor<f32> '
-     '%0 = stablehlo.reduce(%arg0 init: %c) across dimensions = [0] : '
-     '(tensor<8xf32>, tensor<f32>) -> tensor<f32> '
-     'reducer(%a: tensor<f32>, %b: tensor<f32>) { '
-     '%1 = "stablehlo.all_reduce"(%b) <{' + _GROUPS + '}> ({ '
-     '^bb0(%x: tensor<f32>, %y: tensor<f32>): %s = stablehlo.add %x, %y : tensor<f32> '
-     'stablehlo.return %s : tensor<f32> }) : (tensor<f32>) -> tensor<f32> '
-     '%2 = stablehlo.add %a, %1 : tensor<f32> stablehlo.return %2 : tensor<f32> } '
-     'return %0 : tensor<f32>', "tensor<f32>", "stablehlo.all_reduce inside stablehlo.reduce"),
+    (_IN_A_REDUCTION, "tensor<f32>", "stablehlo.all_reduce inside stablehlo.reduce"),
     # a hand-written kernel: its own code may copy data to other devices
     ('%0 = stablehlo.custom_call @tpu_custom_call(%arg0) {backend_config = "k"} : '
      '(tensor<8xf32>) -> tensor<8xf32> return %0 : tensor<8xf32>', "tensor<8xf32>",
@@ -461,19 +465,30 @@ def test_ring_rules_refuse_any_other_collective():
 
 
 def test_an_unreadable_program_fails_the_structure_check_with_its_reason():
+    """The op table admits an all_reduce, but not where no walk reaches it; a hand-written
+    kernel the table refuses first, by its target (tests/test_optable.py)."""
     from autograder.course.reading import read_paths
 
     class Exported:  # what read_paths reads of a jax.export.Exported
         in_avals = out_avals = ()
 
-        def mlir_module(self):
-            return _module('%0 = stablehlo.custom_call @tpu_custom_call(%arg0) '
-                           '{backend_config = "k"} : (tensor<8xf32>) -> tensor<8xf32> '
-                           'return %0 : tensor<8xf32>')
+        def __init__(self, text):
+            self.text = text
 
-    paths = read_paths(Exported(), make_mesh(2, 4), "", [], ())
+        def mlir_module(self):
+            return self.text
+
+    paths = read_paths(Exported(_module(_IN_A_REDUCTION, "tensor<f32>")), make_mesh(2, 4),
+                       "", [], ())
+    assert not paths.programs and paths.refused is None
+    assert "inside stablehlo.reduce" in paths.error and "cannot be judged" in paths.error
+    paths = read_paths(Exported(_module('%0 = stablehlo.custom_call @tpu_custom_call(%arg0) '
+                                        '{backend_config = "k"} : (tensor<8xf32>) -> '
+                                        'tensor<8xf32> return %0 : tensor<8xf32>')),
+                       make_mesh(2, 4), "", [], ())
     assert not paths.programs
-    assert "hand-written kernel" in paths.error and "cannot be judged" in paths.error
+    assert "call_target_name = tpu_custom_call is not part of this course's programs" in \
+        paths.refused == paths.error
 
 
 def test_a_shard_map_manual_over_some_axes_says_which_it_leaves_to_the_compiler():

@@ -56,6 +56,13 @@ def where(problem: Problem, layout, case: Optional[Case] = None) -> str:
     return " ".join(w for w in (on, args) if w)
 
 
+def at(problem: Problem, layout, case: Optional[Case], message: str) -> str:
+    """``message`` said of a case (its mesh, and its arguments when given), where there is
+    one to name."""
+    on = where(problem, layout, case)
+    return f"{on}: {message}" if on else message
+
+
 def on_meshes(layouts) -> str:
     names = [mesh_name(l) for l in layouts]
     return f"on mesh{'es' * (len(names) > 1)} {', '.join(names)}"
@@ -215,6 +222,16 @@ def memory(problem: Problem, temp_bytes: Optional[int], bound: int, what: str,
                   f"({what}); {where}, the compiled program needs {temp_bytes / mib:.2f} MiB. "
                   "Look for an intermediate larger than that bound, with "
                   "jax.jit(f).lower(*args).compile().memory_analysis()")
+
+
+def refused_speed(refusal: str, *, modeled: bool) -> CheckResult:
+    """The speed check of a program the op table refuses (:mod:`autograder.core.optable`):
+    failed with the refusal, as the structure check fails, never priced by a guess."""
+    basis = ("the TPU model cannot price this program" if modeled
+             else "this program is not timed")
+    return failed("speed", f"{basis}: {refusal.rstrip('.')}. Only programs made of what the "
+                  "course's programs contain are timed, so this check fails with the structure "
+                  "check")
 
 
 def speed(problem: Problem, t: Timing) -> CheckResult:

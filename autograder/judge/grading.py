@@ -39,6 +39,7 @@ from ..core.errors import GradingTimeout, describe_error, time_limit
 from ..core.files import replaced
 from ..core.meshes import layouts as all_layouts
 from ..core.meshes import make_mesh
+from ..core.optable import refusal
 from ..core.problem import Case, Problem
 from ..core.records import ArgSpec, ExportRequest, spec_of
 from ..core.results import CheckResult, FunctionResult, failed, skipped
@@ -908,7 +909,10 @@ def _grade(programs: Programs, res: FunctionResult, *, with_speed: bool, modeler
     if problem.baseline is not None and with_speed:
         if modeler is None:
             modeler = _default_modeler()
-        res.checks.append(_speed_check(programs, modeler, rules=kept))
+        # a program the op table refuses fails speed with structure (core/optable.py)
+        refused = next((checks.at(problem, a.layout, None, a.paths.refused) for a in attempts
+                        if a.paths is not None and a.paths.refused), None)
+        res.checks.append(_speed_check(programs, modeler, rules=kept, refused=refused))
 
 
 def _memory_check(programs: Programs, *, rules: bool) -> CheckResult:
@@ -1006,13 +1010,25 @@ def _big_case_structure(programs: Programs, check: str, big: BigCase, mesh, args
                                          att)
 
 
-def _speed_check(programs: Programs, modeler, *, rules: bool) -> CheckResult:
+def _speed_check(programs: Programs, modeler, *, rules: bool,
+                 refused: Optional[str] = None) -> CheckResult:
+    """The speed check of the speed case's program. ``refused``: the op table's refusal of a
+    numerics program (:mod:`autograder.core.optable`); that program, or a speed program the
+    table refuses, fails here as it fails structure, before anything is compiled or timed."""
     problem = programs.plan.problem
     big = _answered(programs.plan, "speed")
     layout, case = big.layout, big.case
     mesh = _mesh_for(problem, layout)
     try:
         with time_limit(2 * CALL_TIMEOUT):
+            if refused is None:
+                with phase("speed: op table"):
+                    got = refusal(programs.artifact(layout, case).text,
+                                  tuple(layout) if problem.uses_mesh else None)
+                if got is not None:
+                    refused = checks.at(problem, layout, case, str(got))
+            if refused is not None:
+                return checks.refused_speed(refused, modeled=modeler is not None)
             args = _place(problem, case, mesh)
             modeled: dict = {}
             with phase("speed: compile"):  # one compile: the executable and the model's input
