@@ -5,7 +5,9 @@ never from a symbolic guess at what it does: when it holds a loop or a condition
 more, instrumented, on the case's own arrays (:func:`autograder.tpumodel.loops.device_counts`),
 and the rules learn how often each loop and each branch ran on each device. Devices that ran
 different paths get a program each, and each path must pass. Where the counts cannot be taken
-the rules are not run: the structure check fails and says why.
+the rules are not run: the structure check fails and says why. Before anything else the program
+is held to the op table (:mod:`autograder.core.optable`): an op or attribute value it does not
+list is refused, and the structure check fails with the refusal (the speed check does too).
 
 The grader calls :func:`read_paths` on the artifact the sandbox exported; the notebook's
 ``check`` exports the student's function itself and calls the same function, so both doors
@@ -16,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Optional
 
+from ..core.optable import refusal
 from ..core.program import Program
 from ..core.results import CheckResult
 from ..core.stablehlo import ProgramUnreadable, has_control_flow, program_from_exported
@@ -29,6 +32,8 @@ class Paths:
 
     programs: list = field(default_factory=list)
     error: Optional[str] = None
+    #: the op table's refusal (:mod:`autograder.core.optable`), when that is the error
+    refused: Optional[str] = None
 
     def judge(self, rules, mesh, problem) -> Iterator[tuple[str, CheckResult]]:
         """``(where, result)`` of every rule that applies, on every device path: ``where``
@@ -59,11 +64,15 @@ def read_paths(exported, mesh, compiled_text: str, dynamic, inputs: tuple,
     per-device counts taken by the caller (:meth:`~autograder.tpumodel.loops.CountedRun.per_device`)
     instead. A program that cannot be counted, or whose communication cannot be read
     (:class:`~autograder.core.stablehlo.ProgramUnreadable`), gives a :class:`Paths` with the
-    reason; other errors propagate."""
+    reason (the op table's refusal first: :mod:`autograder.core.optable`); other errors
+    propagate."""
     from ..tpumodel.loops import LoopCountError, device_counts
 
     shape = None if mesh is None else tuple(int(s) for s in mesh.devices.shape)
     names = ("X",) if mesh is None else tuple(str(a) for a in mesh.axis_names)
+    refused = refusal(exported.mlir_module(), shape, names)
+    if refused is not None:
+        return Paths(error=str(refused), refused=str(refused))
 
     def read(counts=None) -> Program:
         prog = program_from_exported(exported, mesh_shape=shape, compiled_text=compiled_text,

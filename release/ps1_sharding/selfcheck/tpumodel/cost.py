@@ -235,40 +235,50 @@ def fuse(nodes: list[Node], live_out: frozenset) -> list[list[int]]:
     """Group compute nodes into kernels; collectives stay alone. Returns member lists in order.
 
     An elementwise node joins the kernel of a matmul feeding it only if every transfer it reads
-    (see :func:`transfers`) is one that kernel already waits for."""
+    (see :func:`transfers`) is one that kernel already waits for.
+
+    Linear in the program (up to a log): a kernel is known by the node that made it last, which
+    the nodes it absorbed point to; what decides whether it may grow (is every use of a member
+    inside it, or the node joining it?) is kept as it grows, never recomputed from its members."""
     cons = _consumers(nodes)
     waits, reads = transfers(nodes)
-    kernel_of: dict[int, int] = {}
+    home: dict[int, int] = {}  # node -> its kernel, or a kernel -> the one that absorbed it
     members: dict[int, list[int]] = {}
     heavy: dict[int, bool] = {}
+    alone: dict[int, bool] = {}  # a collective or a standalone op: never fused
     created: dict[int, int] = {}
     kernel_waits: dict[int, int] = {}
+    #: per kernel: the uses of its members outside it, and whether a member leaves the program
+    outside: dict[int, set] = {}
+    leaves: dict[int, bool] = {}
     counter = 0
 
+    def kernel_of(m: int) -> int:
+        k = home[m]
+        while home.get(k, k) != k:
+            k = home[k]
+        home[m] = k
+        return k
+
     def closed_to(kid: int, c: int) -> bool:
-        ms = set(members[kid])
-        for m in ms:
-            if m in live_out:
-                return False
-            if not cons[m] <= (ms | {c}):
-                return False
-        return True
+        """No member leaves the program and every use of a member is inside or is ``c``."""
+        return not leaves[kid] and outside[kid] <= {c}
 
     for n in nodes:
         counter += 1
         kid = n.id
+        home[n.id] = kid
+        outside[kid], leaves[kid] = set(cons[n.id]), n.id in live_out
         if n.opcode in COLLECTIVES:
-            kernel_of[n.id], members[kid], heavy[kid], created[kid] = kid, [n.id], False, counter
+            members[kid], heavy[kid], created[kid], alone[kid] = [n.id], False, counter, True
             kernel_waits[kid] = waits[n.id]
             continue
         is_heavy = n.opcode in HEAVY
         cands = []
         if n.opcode not in STANDALONE:
             for d in sorted(n.deps):
-                k = kernel_of[d]
-                if k in cands or nodes[members[k][0]].opcode in COLLECTIVES:
-                    continue
-                if nodes[members[k][0]].opcode in STANDALONE:
+                k = kernel_of(d)
+                if k in cands or alone[k]:
                     continue
                 if closed_to(k, n.id):
                     cands.append(k)
@@ -280,16 +290,24 @@ def fuse(nodes: list[Node], live_out: frozenset) -> list[list[int]]:
         chosen = list(light)
         if not is_heavy and heavies:
             chosen.append(max(heavies, key=lambda k: created[k]))
-        members[kid] = [n.id]
         heavy[kid] = is_heavy or any(heavy[k] for k in chosen)
+        alone[kid] = n.opcode in STANDALONE
         created[kid] = counter
         kernel_waits[kid] = waits[n.id]
+        # every chosen kernel is closed to n: its only outside use was n, now inside
+        lists = [members.pop(k) for k in chosen] + [[n.id]]
+        big = max(lists, key=len)
+        for other in lists:
+            if other is not big:
+                big.extend(other)
+        members[kid] = big
         for k in chosen:
-            members[kid] = members.pop(k) + members[kid]
             heavy.pop(k)
+            alone.pop(k)
+            outside.pop(k)
+            leaves.pop(k)
             kernel_waits[kid] |= kernel_waits.pop(k)
-        for m in members[kid]:
-            kernel_of[m] = kid
+            home[k] = kid
     return [sorted(ms) for _, ms in sorted(members.items(), key=lambda kv: min(kv[1]))]
 
 
@@ -365,11 +383,12 @@ def build_tasks(nodes: list[Node], out_value, geo: Geometry, chip: chipmod.Chip,
         tid = len(tasks)
         first = nodes[ms[0]]
         deps = set()
+        mset = set(ms)
         for m in ms:
             task_of[m] = tid
         for m in ms:
             for d in nodes[m].deps:
-                if d not in ms:
+                if d not in mset:
                     deps.add(d)  # node ids for now
         iters = first.loop_iter
         suffix = f" [{','.join(map(str, iters))}]" if iters else ""
@@ -383,7 +402,6 @@ def build_tasks(nodes: list[Node], out_value, geo: Geometry, chip: chipmod.Chip,
             tasks.append(Task(tid, "comm", lab + suffix, t, lanes, deps,
                               list(ms), f"{desc}, {shape}", comm_bytes=cb))
             continue
-        mset = set(ms)
         vector = 0.0
         flops_by_dtype: dict[str, float] = {}
         read: dict = {}

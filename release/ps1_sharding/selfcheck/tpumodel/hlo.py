@@ -294,8 +294,51 @@ COLLECTIVES = {"all-gather", "all-reduce", "reduce-scatter", "all-to-all", "coll
                "collective-broadcast", "ragged-all-to-all"}
 
 
-#: scalar-only loop iterations the model evaluates before it gives up on a program
-MAX_STEPS = 1_000_000
+#: The model's own budget for one program (every device it flattens together). The model walks
+#: a program's loops in Python, an instruction at a time (tens of microseconds each, and as much
+#: again per array operation to cost and schedule): a program past either figure is one the
+#: model cannot price, and it says so at once instead of spending minutes of the grader's time.
+#: The most any honest program of the course needs (the reference answers and every fixture, at
+#: the speed case): 30,527 instructions and 23,321 operations, ps2's moe_topk written with
+#: loops (tests/fixtures/ps2_moe/alt_loops.py); the next, 15,273 and 11,660.
+#: instructions evaluated: a loop's condition and body count at every iteration
+MAX_EVALUATED = 250_000
+#: array operations once the loops are unrolled (each becomes a task of the schedule)
+MAX_NODES = 60_000
+
+
+class Unpriceable(ModelError):
+    """The program needs more of the model's work than its budget (:data:`MAX_EVALUATED`,
+    :data:`MAX_NODES`) allows: the speed check fails it as the student's, in seconds."""
+
+
+class Budget:
+    """What the model may still spend on one program, shared by every device it flattens."""
+
+    def __init__(self, evaluated: int = 0, nodes: int = 0):
+        self.evaluated = evaluated or MAX_EVALUATED
+        self.nodes = nodes or MAX_NODES
+        self.used = 0  # instructions evaluated so far
+        self.made = 0  # array operations made so far
+        self.iterations = 0  # loop iterations walked so far
+
+    def too_long(self, iterations: int, per_iteration: int, where: str) -> Unpriceable:
+        return Unpriceable(
+            f"its loops run {iterations:,} iterations ({where}; about {per_iteration:,} "
+            f"instructions each), more than the model's budget of {self.evaluated:,} evaluated "
+            "instructions for one program. The modeled TPU walks every iteration: a loop "
+            "that long is not what the exercise asks for; keep loops to the few steps of a ring "
+            "or of the exchange's rounds")
+
+    def stopped(self, where: str) -> Unpriceable:
+        if not self.iterations:
+            return Unpriceable(f"the program has more than {self.evaluated:,} instructions, the "
+                               "model's budget for one program")
+        return Unpriceable(
+            f"its loops run more than {self.iterations:,} iterations ({where}): past the "
+            f"model's budget of {self.evaluated:,} evaluated instructions for one program. The "
+            "modeled TPU walks every iteration: a loop that long is not what the exercise asks "
+            "for; keep loops to the few steps of a ring or of the exchange's rounds")
 
 
 def simple_indexing(op: str, attrs: dict[str, str], inputs: list) -> tuple[str, list]:
@@ -325,13 +368,17 @@ def simple_indexing(op: str, attrs: dict[str, str], inputs: list) -> tuple[str, 
 
 
 class Flattener:
-    def __init__(self, comps: dict[str, Computation], device: int = 0, max_nodes: int = 50000):
+    def __init__(self, comps: dict[str, Computation], device: int = 0,
+                 max_nodes: Optional[int] = None, budget: Optional[Budget] = None):
         self.comps = comps
         self.device = device
-        self.max_nodes = max_nodes
+        self.budget = budget or Budget(nodes=max_nodes or 0)
+        self.max_nodes = max_nodes or self.budget.nodes
         self.nodes: list[Node] = []
         self._vid = 0
         self.loop_stack: list[int] = []
+        #: the while instructions being walked, innermost last
+        self.loop_ins: list[Instr] = []
         self.steps = 0
         #: a loop condition or a branch index read the device's position
         self.device_dependent = False
@@ -369,6 +416,10 @@ class Flattener:
     def run(self, comp_name: str, args: list):
         comp = self.comps[comp_name]
         env: dict[str, Any] = {}
+        budget = self.budget
+        budget.used += len(comp.instrs)
+        if budget.used > budget.evaluated:
+            raise budget.stopped(_where(comp, self.loop_ins[-1] if self.loop_ins else None))
         for ins in comp.instrs:
             env[ins.name] = self.eval(ins, env, args)
         return env[comp.root.name]
@@ -439,9 +490,11 @@ class Flattener:
         return self.add_node(ins, op, ops)
 
     def add_node(self, ins: Instr, op: str, ops) -> Any:
-        if len(self.nodes) >= self.max_nodes:
-            raise ModelError(f"the program has over {self.max_nodes} operations once its loops "
-                             "are unrolled; too large to model")
+        self.budget.made += 1
+        if len(self.nodes) >= self.max_nodes or self.budget.made > self.budget.nodes:
+            raise Unpriceable(f"the program has over {min(self.max_nodes, self.budget.nodes):,} "
+                              "array operations once its loops are unrolled (the model's budget "
+                              "for one program); too large to model")
         deps = frozenset()
         for o in ops:
             deps |= self.all_deps(o)
@@ -459,24 +512,30 @@ class Flattener:
         cond = ins.attrs["condition"].lstrip("%")
         body = ins.attrs["body"].lstrip("%")
         carry = init
+        known = _counted_trips(self.comps[cond], self.comps[body], carry)
+        if known is not None:
+            per = _size(self.comps, cond) + _size(self.comps, body)
+            if self.budget.used + known * per > self.budget.evaluated:
+                raise self.budget.too_long(known, per, _where(self.comps[body], ins))
         self.loop_stack.append(0)
+        self.loop_ins.append(ins)
         it = 0
         while True:
             c = self.run(cond, [carry])
             if not isinstance(c, Leaf) or c.const is None:
                 self.loop_stack.pop()
+                self.loop_ins.pop()
                 raise DataDependentLoop("a while loop whose trip count depends on array data")
             self.device_dependent |= c.dev
             if not bool(c.const):
                 break
             self.steps += 1
-            if self.steps > MAX_STEPS:
-                raise ModelError(f"the program's loops run over {MAX_STEPS} iterations; too "
-                                 "long to model")
+            self.budget.iterations += 1
             self.loop_stack[-1] = it
             carry = self.run(body, [carry])
             it += 1
         self.loop_stack.pop()
+        self.loop_ins.pop()
         return carry
 
     def run_conditional(self, ins: Instr, ops):
@@ -500,6 +559,79 @@ class Flattener:
         return self.run(branches[k], [ops[1 + k]])
 
 
+def _where(comp: Computation, ins: Optional[Instr] = None) -> str:
+    """Which loop a budget message is about: the while's op_name where known."""
+    meta = re.search(r'op_name="([^"]*)"', (ins.attrs.get("metadata", "") if ins else ""))
+    return f"the loop {meta.group(1)}" if meta else f"the loop whose body is {comp.name}"
+
+
+def _size(comps: dict[str, Computation], name: str, _seen: Optional[dict] = None) -> int:
+    """Instructions one run of computation ``name`` evaluates at least: its own and those of
+    the computations it calls (a nested loop or a branch counted as its one instruction)."""
+    seen = {} if _seen is None else _seen
+    if name in seen:
+        return seen[name]
+    seen[name] = 0  # a cycle (never in valid HLO) counts nothing more
+    n = 0
+    for ins in comps[name].instrs:
+        n += 1
+        callee = ins.attrs.get("to_apply") or ins.attrs.get("calls")
+        if ins.opcode in ("call", "fusion", "async-start") and callee \
+                and callee.lstrip("%") in comps:
+            n += _size(comps, callee.lstrip("%"), seen)
+    seen[name] = n
+    return n
+
+
+def _element_of_param(comp: Computation, ref: str) -> Optional[int]:
+    """k where operand ``ref`` of ``comp`` is element k of its tuple parameter, else None."""
+    by_name = {i.name: i for i in comp.instrs}
+    param = comp.params.get(0)
+    name, *path = ref.split("#")
+    if len(path) == 1 and name == param:
+        return int(path[0])
+    ins = by_name.get(name)
+    if ins is not None and not path and ins.opcode == "get-tuple-element" \
+            and ins.operands == [param] and "index" in ins.attrs:
+        return int(ins.attrs["index"])
+    return None
+
+
+def _counted_trips(cond: Computation, body: Computation, carry) -> Optional[int]:
+    """The trip count of a counted loop (``fori_loop``, or one the grader pinned), read without
+    walking it: the condition is ``element k < constant N``, the body adds 1 to element k, and
+    element k starts at a known value. None for any other loop (it is walked, and the budget
+    stops it there)."""
+    root = cond.root
+    if root.opcode != "compare" or root.attrs.get("direction") != "LT" \
+            or len(root.operands) != 2 or not isinstance(carry, list):
+        return None
+    k = _element_of_param(cond, root.operands[0])
+    by_name = {i.name: i for i in cond.instrs}
+    bound = by_name.get(root.operands[1])
+    if k is None or bound is None or bound.opcode != "constant" or k >= len(carry):
+        return None
+    n = _literal(bound.raw_operands, bound.type)
+    start = carry[k].const if isinstance(carry[k], Leaf) else None
+    if n is None or start is None or np.dtype(type(n)).kind not in "iu":
+        return None
+    step = body.root
+    if step.opcode != "tuple" or k >= len(step.operands):
+        return None
+    body_by_name = {i.name: i for i in body.instrs}
+    add = body_by_name.get(step.operands[k])
+    if add is None or add.opcode != "add" or len(add.operands) != 2:
+        return None
+    refs = [_element_of_param(body, o) for o in add.operands]
+    ones = [body_by_name.get(o) for o in add.operands]
+    for i in (0, 1):
+        one = ones[1 - i]
+        if refs[i] == k and one is not None and one.opcode == "constant" \
+                and _literal(one.raw_operands, one.type) == 1:
+            return max(0, int(n) - int(start))
+    return None
+
+
 def _merge(values: list, fl: "Flattener"):
     """The result of a conditional whose branch is not known: it depends on every branch's
     result, and a scalar is known only if every branch computed the same value."""
@@ -521,9 +653,11 @@ def _literal(raw: str, typ):
 
 
 def run_device(comps: dict[str, Computation], entry: str, device: int = 0,
-               max_nodes: int = 50000) -> Flattener:
-    """Flatten the entry computation for ``device``; the result is in ``.nodes`` and ``.out``."""
-    fl = Flattener(comps, device=device, max_nodes=max_nodes)
+               max_nodes: Optional[int] = None, budget: Optional[Budget] = None) -> Flattener:
+    """Flatten the entry computation for ``device``; the result is in ``.nodes`` and ``.out``.
+    ``budget``: what the model may still spend (shared by the devices of one program); past it
+    :class:`Unpriceable` is raised."""
+    fl = Flattener(comps, device=device, max_nodes=max_nodes, budget=budget)
     ent = comps[entry]
     args = []
     for i in range(len(ent.params)):
@@ -534,7 +668,8 @@ def run_device(comps: dict[str, Computation], entry: str, device: int = 0,
     return fl
 
 
-def flatten(text: str, device: int = 0, max_nodes: int = 50000) -> tuple[list[Node], Any]:
+def flatten(text: str, device: int = 0,
+            max_nodes: Optional[int] = None) -> tuple[list[Node], Any]:
     """Parse ``text`` and return (nodes, output value) of ``device``'s program."""
     comps, entry = parse_module(text)
     fl = run_device(comps, entry, device, max_nodes)

@@ -283,6 +283,16 @@ def program_from_mlir(text: str, mesh_shape: tuple[int, ...] | None,
                    arg_dtypes=tuple(short_dtype_name(dt) for _, _, dt in args))
 
 
+def placement(module, mesh_shape: tuple[int, ...] | None,
+              axis_names: tuple[str, ...] = ("X", "Y")) -> tuple:
+    """``(group_axes, permute_axes)``: how the reader places a parsed module's collectives on
+    the mesh, the very functions its walk reads ``replica_groups`` and ``source_target_pairs``
+    with (each gives the mesh axes, ("?",) where no set of whole mesh axes forms the groups or
+    where there is no mesh). :mod:`autograder.core.optable` refuses what they cannot place."""
+    walker = _Walker(module, mesh_shape, tuple(axis_names))
+    return walker.group_axes, walker.permute_axes
+
+
 def _moves_data(op) -> bool:
     """Whether ``op`` sends data to other devices (a collective or a point-to-point transfer)."""
     return op.name in _COLLECTIVES or op.name in _POINT_TO_POINT or (

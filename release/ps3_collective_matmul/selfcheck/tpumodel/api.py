@@ -17,7 +17,7 @@ from typing import Callable, Optional
 
 from . import chips as chipmod
 from .cost import Geometry, build_tasks
-from .hlo import DataDependentLoop, ModelError, parse_module, run_device
+from .hlo import Budget, DataDependentLoop, ModelError, parse_module, run_device
 from .schedule import Timeline, schedule
 
 #: the dump that holds the partitioned per-device module (single-device programs have none)
@@ -151,10 +151,11 @@ def model_hlo(text: str, mesh_shape=(1,), axis_names=("X",), chip=None,
     chip = chipmod.get_chip(chip)
     comps, entry = parse_module(text)
     geo = Geometry(tuple(mesh_shape), tuple(axis_names))
-    first = run_device(comps, entry, 0 if device is None else device)
+    budget = Budget()  # one for the program: every device flattened spends from it
+    first = run_device(comps, entry, 0 if device is None else device, budget=budget)
     runs = [first]
     if device is None and first.device_dependent:
-        runs += [run_device(comps, entry, d) for d in range(1, geo.n)]
+        runs += [run_device(comps, entry, d, budget=budget) for d in range(1, geo.n)]
     worst = None
     for fl in runs:
         timeline = schedule(build_tasks(fl.nodes, fl.out, geo, chip, fl.device))

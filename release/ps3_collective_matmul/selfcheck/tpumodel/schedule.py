@@ -66,6 +66,15 @@ class Timeline:
 
 
 def schedule(tasks: list[Task]) -> Timeline:
+    """Start, among the ready tasks, the one with the least key (earliest start, then the
+    longest chain behind it, then program order). The ready tasks are kept per set of resources
+    they need (a handful: the compute stream, a few link directions), in two heaps each: those
+    whose inputs arrived by the time those resources are free (all start then: ordered by chain
+    and program order) and those still waiting for an input (ordered by its arrival). So a step
+    costs a log, not a pass over every ready task: the model's time stays linear in the program
+    however many transfers are ready at once."""
+    import heapq
+
     tl = Timeline(tasks)
     free: dict = {}
     n_left = {t.id: len(t.deps) for t in tasks}
@@ -74,20 +83,40 @@ def schedule(tasks: list[Task]) -> Timeline:
         for d in t.deps:
             users[d].append(t.id)
     ready_at: dict[int, float] = {}
-    ready = [t.id for t in tasks if n_left[t.id] == 0]
-    for r in ready:
-        ready_at[r] = 0.0
     by_id = {t.id: t for t in tasks}
     level = _bottom_levels(tasks, users)
-    while ready:
-        best, best_key = None, None
-        for tid in ready:
-            t = by_id[tid]
-            est = max([ready_at[tid]] + [free.get(r, 0.0) for r in t.resources])
-            key = (est, -level[tid], tid)
+    waiting: dict[tuple, list] = {}  # resources -> heap of (ready_at, -level, id)
+    startable: dict[tuple, list] = {}  # resources -> heap of (-level, id)
+
+    def make_ready(tid: int) -> None:
+        res = tuple(by_id[tid].resources)
+        heapq.heappush(waiting.setdefault(res, []), (ready_at[tid], -level[tid], tid))
+        startable.setdefault(res, [])
+
+    for t in tasks:
+        if n_left[t.id] == 0:
+            ready_at[t.id] = 0.0
+            make_ready(t.id)
+    left = len(ready_at)
+    while left:
+        best, best_key, best_res = None, None, None
+        for res, wait in waiting.items():
+            go = startable[res]
+            at = max((free.get(r, 0.0) for r in res), default=0.0)
+            while wait and wait[0][0] <= at:
+                _, neg, tid = heapq.heappop(wait)
+                heapq.heappush(go, (neg, tid))
+            if go:
+                key = (at, go[0][0], go[0][1])
+            elif wait:
+                key = wait[0]
+            else:
+                continue
             if best_key is None or key < best_key:
-                best, best_key = tid, key
-        ready.remove(best)
+                best, best_key, best_res = key[2], key, res
+        heapq.heappop(startable[best_res] if startable[best_res]
+                      and startable[best_res][0][1] == best else waiting[best_res])
+        left -= 1
         t = by_id[best]
         s = best_key[0]
         e = s + t.duration
@@ -98,7 +127,8 @@ def schedule(tasks: list[Task]) -> Timeline:
             n_left[u] -= 1
             ready_at[u] = max(ready_at.get(u, 0.0), e)
             if n_left[u] == 0:
-                ready.append(u)
+                make_ready(u)
+                left += 1
     if len(tl.end) != len(tasks):
         raise RuntimeError("dependency cycle in the modeled program")
     return tl

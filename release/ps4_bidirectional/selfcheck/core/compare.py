@@ -57,6 +57,25 @@ def compare_values(got: np.ndarray, want: np.ndarray, rtol: float, atol: float, 
             f"{names[0]} {w[idx]:.6g}, {names[1]} {g[idx]:.6g}{where}")
 
 
+def secret_difference(got: np.ndarray, want: np.ndarray, rtol: float,
+                      atol: float) -> str | None:
+    """What :func:`compare_values` finds wrong, said without a value, an index or a count: for
+    a case whose inputs come from the grading run's secret seed. The student's program chooses
+    its output, so anything read off it there (a value, where the worst one is, how many are
+    wrong, the size of the error) could carry a secret input back to its author; what kind of
+    wrong it is (a shape, a dtype, NaN, values) is all that is said. None if right."""
+    if tuple(got.shape) != tuple(want.shape) or (
+            got.dtype != want.dtype and not (np.issubdtype(got.dtype, np.floating)
+                                             and np.issubdtype(want.dtype, np.floating))):
+        return compare_values(got, want, rtol, atol)  # shapes and dtypes: the program's own
+    msg = compare_values(got, want, rtol, atol)
+    if msg is None:
+        return None
+    if not np.all(np.isfinite(np.asarray(got, dtype=np.float64))):
+        return "the output holds NaN or inf values"
+    return "values differ from the NumPy reference beyond the tolerance"
+
+
 #: elements compared at once by :func:`_close` (its float64 temporaries stay in cache)
 CHUNK = 1 << 16
 
@@ -136,11 +155,13 @@ def _block(index, shape) -> str:
     return "[" + ", ".join(parts) + "]"
 
 
-def copies_disagree(out, mesh, rtol: float, atol: float) -> str | None:
+def copies_disagree(out, mesh, rtol: float, atol: float, *, secret: bool = False) -> str | None:
     """None if every device holding a copy of the same block of ``out`` holds the same values
     (within the tolerance); otherwise which copies differ. The host reads one copy of each
     block, so a result replicated over a mesh axis that is right on one device and wrong on the
-    others would otherwise pass; with ``check_vma=False`` JAX itself does not check it."""
+    others would otherwise pass; with ``check_vma=False`` JAX itself does not check it.
+    ``secret``: the inputs come from a secret seed, so neither the block, the devices nor the
+    values are named (see :func:`secret_difference`)."""
     groups: dict = {}
     for shard in out.addressable_shards:
         key = tuple(sl.indices(n)[:2] for sl, n in zip(shard.index, out.shape, strict=True))
@@ -150,6 +171,10 @@ def copies_disagree(out, mesh, rtol: float, atol: float) -> str | None:
         for other in shards[1:]:
             msg = compare_values(np.asarray(other.data), first, rtol, atol,
                                  names=("first copy", "this copy"))
+            if msg is not None and secret:
+                return ("the devices holding copies of the same output block disagree (a "
+                        "result replicated over a mesh axis must be the same on every device "
+                        "along it)")
             if msg is not None:
                 return (f"the devices holding copies of the output block "
                         f"{_block(shards[0].index, out.shape)} disagree: the one at "
