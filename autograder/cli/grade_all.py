@@ -24,15 +24,10 @@ def add_parser(sub) -> None:
                    "class keeps its reports, and the CSV still lists everyone")
     g.add_argument("--quick", action="store_true", help="fewer meshes and cases")
     g.add_argument("--no-speed", action="store_true", help="skip the speed check")
-    from .options import SEED_HELP_GRADE_ALL, add_trust_options
+    from .options import SEED_HELP_GRADE_ALL, add_limit_options, add_trust_options
 
     add_trust_options(g, SEED_HELP_GRADE_ALL)
-    g.add_argument("--function-timeout", type=float, default=150.0,
-                   help="seconds per graded function (default 150)")
-    g.add_argument("--load-timeout", type=float, default=120.0,
-                   help="seconds to load one submission (default 120)")
-    g.add_argument("--memory-mb", type=int, default=6144,
-                   help="resident memory per worker (default 6144)")
+    add_limit_options(g)
     g.add_argument("--cache-dir", help="the trusted side's class-wide cache (default: "
                    "$AUTOGRADER_CACHE_DIR or ~/.cache/jax-scaling-course)")
     g.add_argument("--no-progress", action="store_true")
@@ -50,11 +45,10 @@ def add_parser(sub) -> None:
 def _cmd(a) -> int:
     from ..supervisor.options import (
         IsolationUnavailable,
-        Limits,
         Options,
         check_options,
     )
-    from .options import refuse
+    from .options import limits_of, refuse
 
     if a.gradebook:  # said before any grading, not after
         try:
@@ -67,9 +61,7 @@ def _cmd(a) -> int:
     if not root.is_dir():
         print(f"no such folder: {root}", file=sys.stderr)
         return 2
-    lim = Limits(per_function_s=a.function_timeout, load_s=a.load_timeout,
-                 memory_mb=a.memory_mb)
-    opts = Options(quick=a.quick, seed=a.seed, with_speed=not a.no_speed, limits=lim,
+    opts = Options(quick=a.quick, seed=a.seed, with_speed=not a.no_speed, limits=limits_of(a),
                    isolation=not a.no_isolation)
     if a.cache_dir:
         opts.cache_dir = Path(a.cache_dir)

@@ -19,13 +19,9 @@ import sys
 from pathlib import Path
 
 from ..core.results import SubmissionResult
-from .options import add_trust_options, refuse
+from .options import add_limit_options, add_trust_options, limits_of, refuse
 
 #: wall-clock budget per graded function, and for loading the submission
-PER_FUNCTION_S = 150.0
-LOAD_S = 120.0
-
-
 def grade_path(submission: Path, assignment: str | None = None, *, quick: bool = False,
                seed: int | None = None, with_speed: bool = True, timeout: float | None = None,
                log=None, limits=None, cache_dir=None, isolation: bool = True,
@@ -35,7 +31,7 @@ def grade_path(submission: Path, assignment: str | None = None, *, quick: bool =
     other files (helpers, the ``selfcheck`` package) go into the sandbox with it."""
     from ..supervisor import supervise as sandbox
 
-    lim = limits or sandbox.Limits(per_function_s=PER_FUNCTION_S, load_s=LOAD_S)
+    lim = limits or sandbox.Limits()
     if timeout:
         lim.per_submission_s = timeout
     opts = sandbox.Options(assignment=assignment, quick=quick, seed=seed, with_speed=with_speed,
@@ -66,7 +62,8 @@ def _cmd_grade(a) -> int:
               "grade-all grades it", file=sys.stderr)
     try:
         res = grade_path(path, a.assignment, quick=a.quick, seed=a.seed,
-                         with_speed=not a.no_speed, isolation=not a.no_isolation, folder=folder)
+                         with_speed=not a.no_speed, isolation=not a.no_isolation, folder=folder,
+                         limits=limits_of(a))
     except (ValueError, IsolationUnavailable) as e:
         return refuse(e)
     if a.json:
@@ -112,6 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "selfcheck/) go into the sandbox with it (automatic in nbgrader's "
                    "submitted/<student>/<assignment>/ layout, as in grade-all)")
     add_trust_options(g)
+    add_limit_options(g)
     g.set_defaults(func=_cmd_grade)
     from .grade_all import add_parser as _add_batch_parser
 
