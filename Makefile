@@ -42,7 +42,7 @@ demo: release isolation  ## autograde a class of three through nbgrader and prin
 
 test: $(STAMP) isolation browser  ## the layer contracts, then the whole suite, on the oldest JAX of the range
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest -q tests autograder/tests
+	$(PY) tools/run_suite.py
 
 test-latest: isolation browser  ## every test but the orchestration ones, on the newest JAX (.venv-latest, the newest Python here it supports)
 	tools/test_latest.sh

@@ -1,4 +1,6 @@
-"""Shared fixtures: 8 emulated devices before anything touches JAX, and fixture loading."""
+"""Shared fixtures: 8 emulated devices before anything touches JAX, fixture loading, and the
+gradings several tests read (each done once per process: :func:`graded`)."""
+import functools
 import os
 import tempfile
 from pathlib import Path
@@ -15,6 +17,47 @@ setup_devices()
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (``tools/run_suite.py``), tests that share one expensive piece of
+    work run on one worker, which does it once: those parametrized with one submission file
+    (its loading and its :func:`graded` gradings: the verdict table's, the self-check's, the
+    named failures'), and those of a module-scoped fixture (one group per module, and per
+    parameter of a parametrized one: each notebook runs apart)."""
+    for item in items:
+        if item.get_closest_marker("xdist_group"):
+            continue
+        group = _shared_work(item)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+def _submission(value) -> str | None:
+    """The submission file a test parameter names (a path relative to the repository or to
+    tests/fixtures, or absolute), relative to the repository; None if it names none."""
+    if not isinstance(value, (str, Path)) or not str(value).endswith((".py", ".ipynb")):
+        return None
+    for p in (Path(value), ROOT / value, FIXTURES / value):
+        if p.is_absolute() and p.is_file():
+            return p.resolve().relative_to(ROOT).as_posix()
+    return None
+
+
+def _shared_work(item) -> str | None:
+    module = item.module.__name__ if getattr(item, "module", None) else None
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    for value in params.values():
+        path = _submission(value)
+        if path:
+            return f"submission:{path}"
+    defs = getattr(item, "_fixtureinfo", None)
+    for name in sorted(item.fixturenames):
+        fixdefs = defs.name2fixturedefs.get(name) if defs else None
+        if not fixdefs or fixdefs[-1].scope != "module":
+            continue
+        return f"{module}" + (f"[{params[name]}]" if name in params else "")
+    return None
 
 
 @pytest.fixture(scope="session")
@@ -35,6 +78,45 @@ def grade(area: str, fixture: str, function: str, **kw):
     kw.setdefault("with_speed", False)
     loaded = load_fixture(area, fixture)
     return local.grade_function(registry.get(function), loaded.function(function), **kw)
+
+
+#: the inputs of every shared grading (tests/verdicts.json was recorded on this seed)
+SEED = 20240611
+
+
+def _relative(path) -> str:
+    p = Path(path)
+    return (p if p.is_absolute() else ROOT / p).resolve().relative_to(ROOT).as_posix()
+
+
+def loaded(path):
+    """The submission at ``path`` (absolute, or relative to the repository), loaded once per
+    process."""
+    return _loaded(_relative(path))
+
+
+@functools.lru_cache(maxsize=None)
+def _loaded(path: str):
+    from autograder.core.loader import load
+
+    return load(ROOT / path, statement_timeout=5, total_timeout=20)
+
+
+def graded(path, function: str, *, quick: bool = True, speed: bool = True):
+    """``function`` of the submission at ``path`` graded in-process on :data:`SEED`, once per
+    process for each (quick, speed): every test that needs a grading reads this one. The
+    default is the verdict table's (tests/test_verdicts.py: two meshes, speed included);
+    ``quick=False`` grades every mesh and edge case. A test parametrized with the path runs
+    on the worker of that file's other tests (:func:`pytest_collection_modifyitems`)."""
+    return _graded(_relative(path), function, quick, speed)
+
+
+@functools.lru_cache(maxsize=None)
+def _graded(path: str, function: str, quick: bool, speed: bool):
+    from autograder.course import registry
+
+    return local.grade_function(registry.get(function), _loaded(path).function(function),
+                                seed=SEED, quick=quick, with_speed=speed)
 
 
 def check_of(result, name):

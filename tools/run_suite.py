@@ -1,0 +1,96 @@
+"""Run the test suite as `make test` and `make test-latest` do, and say what it cost.
+
+Two phases, one pytest run each:
+
+1. the ``serial`` tests (they measure processes, memory or time, so nothing runs beside them),
+   one at a time;
+2. every other test, spread over ``--workers`` processes (pytest-xdist, ``--dist loadgroup``:
+   tests that share one expensive grading or fixture carry the same ``xdist_group`` and run on
+   one worker, which does that work once).
+
+Then the 25 slowest tests of both phases, each phase's wall time, the suite's total and one
+closing line for both ("suite: N passed, N failed, N skipped"). Exit status: 0 when both
+phases passed (a phase that selects no test passes), else the first failing phase's.
+
+    python tools/run_suite.py                       # the whole suite (make test)
+    python tools/run_suite.py --select "not orchestration"   # what make test-latest runs
+    python tools/run_suite.py -- -k verdicts -x     # anything after -- goes to pytest
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PATHS = ["tests", "autograder/tests"]
+#: pytest's "no tests were collected": a phase with nothing to run has nothing to fail
+NO_TESTS = 5
+
+
+def _phase(select: str, parallel: bool, workers: int, extra: list[str], xml: Path) -> tuple[int, float]:
+    argv = [sys.executable, "-m", "pytest", "-q", *PATHS, "-m", select,
+            f"--junitxml={xml}", "-o", "junit_family=xunit1"]
+    argv += ["-n", str(workers), "--dist", "loadgroup"] if parallel and workers > 1 else ["-n", "0"]
+    t0 = time.monotonic()
+    rc = subprocess.call(argv + extra, cwd=ROOT)
+    return (0 if rc == NO_TESTS else rc), time.monotonic() - t0
+
+
+def _cases(xml: Path) -> list[tuple[float, str, str]]:
+    """(seconds, test, outcome) of every test a phase ran; outcome: passed, failed, skipped."""
+    if not xml.exists():
+        return []
+    out = []
+    for case in ET.parse(xml).getroot().iter("testcase"):
+        name = f"{case.get('file') or case.get('classname', '')}::{case.get('name')}"
+        tags = {child.tag for child in case}
+        outcome = ("failed" if tags & {"failure", "error"} else
+                   "skipped" if "skipped" in tags else "passed")
+        out.append((float(case.get("time") or 0.0), name, outcome))
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--select", default="",
+                    help='a pytest -m expression every test must also match (default: all)')
+    ap.add_argument("--workers", type=int, default=int(os.environ.get("TEST_WORKERS", "3")),
+                    help="pytest-xdist processes for the parallel phase (default $TEST_WORKERS "
+                         "or 3: most tests wait on a grader's processes, so one more worker "
+                         "than the machine's 2 cores keeps both busy)")
+    ap.add_argument("--slowest", type=int, default=25)
+    ap.add_argument("pytest_args", nargs="*", help="passed to pytest (after --)")
+    a = ap.parse_args(argv)
+    base = f"({a.select}) and " if a.select else ""
+    t0 = time.monotonic()
+    results = []
+    with tempfile.TemporaryDirectory(prefix="suite-") as tmp:
+        for name, select, parallel in (("serial", f"{base}serial", False),
+                                       ("parallel", f"{base}not serial", True)):
+            print(f"\n== {name} phase: -m \"{select}\"" +
+                  (f", {a.workers} workers" if parallel else ", one test at a time"), flush=True)
+            xml = Path(tmp) / f"{name}.xml"
+            rc, took = _phase(select, parallel, a.workers, a.pytest_args, xml)
+            results.append((name, rc, took, _cases(xml)))
+    total = time.monotonic() - t0
+    every = sorted((c for *_, cs in results for c in cs), reverse=True)
+    print(f"\n== the {a.slowest} slowest tests (seconds, both phases)")
+    for secs, name, _ in every[:a.slowest]:
+        print(f"{secs:8.1f}  {name}")
+    for name, rc, took, cs in results:
+        print(f"== {name} phase: {len(cs)} tests in {took / 60:.1f} min "
+              f"({'passed' if rc == 0 else f'FAILED, exit {rc}'})")
+    print(f"== the suite took {total / 60:.1f} min")
+    count = {k: sum(1 for *_, o in every if o == k) for k in ("passed", "failed", "skipped")}
+    print(f"suite: {count['passed']} passed, {count['failed']} failed, {count['skipped']} skipped")
+    return next((rc for _, rc, _, _ in results if rc != 0), 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
