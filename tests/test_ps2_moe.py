@@ -26,7 +26,7 @@ from autograder.course import registry  # noqa: E402
 from autograder.course.references import ps2_moe as ref  # noqa: E402
 from autograder.course.rules import moe as rules_moe  # noqa: E402
 from autograder.judge import grading
-from autograder.supervisor import local
+from conftest import graded
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = Path(__file__).resolve().parent / "fixtures" / "ps2_moe"
@@ -39,8 +39,9 @@ def _ns(path: str) -> dict:
 
 
 def grade(path: Path, name: str, *, quick: bool = True):
-    return local.grade_function(registry.get(name), _ns(str(path)).get(name), quick=quick,
-                                  with_speed=False)
+    """The shared grading of ``name`` (conftest's ``graded``): the verdict table's (two
+    meshes, speed included), or with ``quick=False`` every mesh and edge case (no speed)."""
+    return graded(path, name, quick=quick, speed=quick)
 
 
 def check(res, name):
@@ -154,59 +155,65 @@ def test_moe_local_runs_on_one_device():
 
 # -- grading submissions ---------------------------------------------------------------------
 
-def test_reference_solutions_full_marks():
+@pytest.mark.parametrize("path", [ROOT / "solutions" / "ps2_moe.py"])
+def test_reference_solutions_full_marks(path):
     for name in NAMES:
-        res = grade(ROOT / "solutions" / "ps2_moe.py", name)
+        res = grade(path, name)
         assert res.score == res.max_score, (name, [c.message for c in res.checks])
 
 
-@pytest.mark.parametrize("fixture,quick", [("alt_loops", True), ("alt_ragged", False),
-                                           ("alt_flag_loop", False)])
-def test_alternative_correct_answers_full_marks(fixture, quick):
+@pytest.mark.parametrize("path,quick", [(FIX / "alt_loops.py", True),
+                                        (FIX / "alt_ragged.py", False),
+                                        (FIX / "alt_flag_loop.py", False)])
+def test_alternative_correct_answers_full_marks(path, quick):
     # alt_ragged and alt_flag_loop on every layout and edge case; alt_loops (slow to compile)
     # on two layouts
-    defined = [n for n in NAMES if _ns(str(FIX / f"{fixture}.py")).get(n) is not None]
+    defined = [n for n in NAMES if _ns(str(path)).get(n) is not None]
     assert defined
     for name in defined:
-        res = grade(FIX / f"{fixture}.py", name, quick=quick)
+        res = grade(path, name, quick=quick)
         assert res.score == res.max_score, (name, [c.message for c in res.checks])
 
 
-def test_local_gather_of_weights_fails_memory():
-    res = grade(FIX / "wrong_local_gather.py", "moe_local")
+@pytest.mark.parametrize("path", [FIX / "wrong_local_gather.py"])
+def test_local_gather_of_weights_fails_memory(path):
+    res = grade(path, "moe_local")
     assert check(res, "numerics").passed
     mem = check(res, "memory")
     assert not mem.passed and "[S, D, F]" in mem.message
 
 
-def test_ignoring_the_expert_owner_fails_numerics():
-    res = grade(FIX / "wrong_ignore_owner.py", "moe_all_to_all")
+@pytest.mark.parametrize("path", [FIX / "wrong_ignore_owner.py"])
+def test_ignoring_the_expert_owner_fails_numerics(path):
+    res = grade(path, "moe_all_to_all")
     num = check(res, "numerics")
     assert not num.passed and "values differ" in num.message
 
 
-def test_all_to_all_that_all_gathers_fails_structure():
+@pytest.mark.parametrize("path", [FIX / "wrong_a2a_gathers.py"])
+def test_all_to_all_that_all_gathers_fails_structure(path):
     for name in ("moe_all_to_all", "moe_topk"):
-        res = grade(FIX / "wrong_a2a_gathers.py", name)
+        res = grade(path, name)
         assert check(res, "numerics").passed
         st = check(res, "structure")
         assert not st.passed and "all_gather over 'X'" in st.message
         assert not check(res, "memory").passed
 
 
-def test_exchange_padded_to_s_fails_memory():
-    res = grade(FIX / "wrong_padded_exchange.py", "moe_all_to_all")
+@pytest.mark.parametrize("path", [FIX / "wrong_padded_exchange.py"])
+def test_exchange_padded_to_s_fails_memory(path):
+    res = grade(path, "moe_all_to_all")
     assert check(res, "numerics").passed and check(res, "structure").passed
     mem = check(res, "memory")
     assert not mem.passed and "all-gathered copy of A" in mem.message
 
 
-def test_one_round_without_a_loop_fails_the_many_rounds_edge_case():
+@pytest.mark.parametrize("path", [FIX / "wrong_one_round.py"])
+def test_one_round_without_a_loop_fails_the_many_rounds_edge_case(path):
     """Every small random case fits in one round of 128; the edge case with 320 tokens per
     X-group does not, in the hidden grade and in the public self-check alike."""
     from autograder.public import check as public
 
-    path = FIX / "wrong_one_round.py"
     assert check(grade(path, "moe_all_to_all", quick=True), "numerics").passed
     num = check(grade(path, "moe_all_to_all", quick=False), "numerics")
     assert not num.passed and "edge case" in num.message, num.message
@@ -226,11 +233,11 @@ def test_topk_sum_fails_numerics_through_cli():
     assert d["functions"]["moe_local"]["score"] == 0  # not in the file: "not found"
 
 
-def test_big_inputs_get_the_same_work():
+@pytest.mark.parametrize("path", [FIX / "wrong_big_inputs.py"])
+def test_big_inputs_get_the_same_work(path):
     """The memory and speed cases have public shapes: a function that returns zeros for big
     inputs fails both for computing the wrong answer there, after passing the numerics."""
-    res = local.grade_function(registry.get("moe_local"),
-                                 _ns(str(FIX / "wrong_big_inputs.py"))["moe_local"], quick=True)
+    res = grade(path, "moe_local")
     assert check(res, "numerics").passed
     for name in ("memory", "speed"):
         c = check(res, name)

@@ -18,6 +18,7 @@ setup_devices()
 from autograder.core.loader import load  # noqa: E402
 from autograder.course import registry  # noqa: E402
 from autograder.supervisor import local
+from conftest import graded
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = Path(__file__).resolve().parent / "fixtures"
@@ -84,12 +85,11 @@ def test_cases_divide_evenly_and_references_match_numpy(layout):
 
 # -- full marks for correct answers ------------------------------------------------------
 
-@pytest.mark.parametrize("module,names", [("ps3_collective_matmul", PS3),
-                                          ("ps4_bidirectional", PS4)])
-def test_reference_solutions_full_marks_on_every_layout(module, names):
-    ns = _ns(ROOT / "solutions" / f"{module}.py")
+@pytest.mark.parametrize("path,names", [("solutions/ps3_collective_matmul.py", PS3),
+                                        ("solutions/ps4_bidirectional.py", PS4)])
+def test_reference_solutions_full_marks_on_every_layout(path, names):
     for name in names:
-        res = _grade(name, ns[name], quick=False)  # 2x4, 4x2, 1x8 and 8x1, edge cases
+        res = graded(path, name, quick=False, speed=False)  # 2x4, 4x2, 1x8, 8x1, edge cases
         assert res.score == res.max_score, res.report()
         assert "1x8" in _check(res, "numerics").message
         assert "8x1" in _check(res, "numerics").message
@@ -101,9 +101,8 @@ def test_reference_solutions_full_marks_on_every_layout(module, names):
     ("ps4/alt_correct.py", PS4),  # whole blocks both ways, halves along rows, fori_loop
 ])
 def test_alternative_correct_answers_full_marks(fixture, names):
-    ns = _ns(FIX / fixture)
     for name in names:
-        res = _grade(name, ns[name], quick=False)
+        res = graded(FIX / fixture, name, quick=False, speed=False)
         assert res.score == res.max_score, res.report()
 
 
@@ -129,7 +128,8 @@ WRONG = [
 @pytest.mark.parametrize("fixture,name,check,words", WRONG,
                          ids=[f"{w[0]}::{w[1]}" for w in WRONG])
 def test_wrong_answers_fail_the_named_check(fixture, name, check, words):
-    res = _grade(name, _ns(FIX / fixture)[name], quick=True)
+    """The verdict table's grading (two meshes, speed included), read for its words."""
+    res = graded(FIX / fixture, name)
     failed = [c for c in res.checks if not c.passed]
     assert failed and failed[0].name == check, res.report()
     assert words in failed[0].message, failed[0].message

@@ -13,7 +13,6 @@ the model cannot price, or wrong values on the speed case; never wall-clock off 
 """
 from __future__ import annotations
 
-import functools
 import json
 import sys
 from pathlib import Path
@@ -26,9 +25,9 @@ if __name__ == "__main__":  # as a script: 8 emulated devices and a private cach
     sys.path[:0] = [str(HERE), str(ROOT)]
     import conftest  # noqa: F401
 
+from conftest import SEED, graded, loaded  # noqa: E402  (the seed of every case, fixed)
+
 TABLE = HERE / "verdicts.json"
-#: the inputs of every case (a grading run's secret seed, fixed here)
-SEED = 20240611
 #: fixtures left out: they are about time limits and parsing, not verdicts (tests elsewhere)
 SKIP = {"hang_in_function", "hang_on_import", "syntax_error"}
 AREAS = {"ps1": "ps1_sharding", "ps2_moe": "ps2_moe", "ps3": "ps3_collective_matmul",
@@ -43,13 +42,6 @@ def submissions() -> list[tuple[str, str]]:
             if p.stem not in SKIP:
                 out.append((str(p.relative_to(ROOT)), asg))
     return out
-
-
-@functools.lru_cache(maxsize=None)
-def _loaded(path: str):
-    from autograder.core.loader import load
-
-    return load(ROOT / path, statement_timeout=5, total_timeout=20)
 
 
 def entries() -> list[tuple[str, str]]:
@@ -79,12 +71,9 @@ def speed_basis(check) -> str:
 
 
 def verdict(path: str, function: str) -> dict:
-    """{'checks': {check: passed}, 'speed basis': ...} of one function, graded in-process."""
-    from autograder.course import registry
-    from autograder.supervisor import local
-
-    res = local.grade_function(registry.get(function), _loaded(path).function(function),
-                               seed=SEED, quick=True, with_speed=True)
+    """{'checks': {check: passed}, 'speed basis': ...} of one function, graded in-process
+    (the grading other tests of the same file read too: conftest's ``graded``)."""
+    res = graded(path, function)
     out: dict = {"checks": {c.name: bool(c.passed) for c in res.checks}}
     speed = next((c for c in res.checks if c.name == "speed"), None)
     if speed is not None and not speed.message.startswith("not checked"):
@@ -139,7 +128,7 @@ def test_the_self_check_agrees_on_structure(path, function):
     if not (want["numerics"] and want.get("sharding", True)):
         pytest.skip("wrong values: the structure verdict is not the point")
     try:
-        public.check(function, _loaded(path).function(function), cases=1, verbose=False,
+        public.check(function, loaded(path).function(function), cases=1, verbose=False,
                      seed=SEED)
         problem = None
     except AssertionError as e:
