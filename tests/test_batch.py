@@ -42,7 +42,7 @@ EXPECTED = {
 
 
 def _opts():
-    lim = Limits(per_function_s=20, load_s=45, statement_s=3, output_mb=1)
+    lim = Limits(per_function_s=10, load_s=45, statement_s=3, output_mb=1)
     return Options(quick=True, with_speed=False, limits=lim)
 
 

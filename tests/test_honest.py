@@ -47,6 +47,7 @@ def _many_requests(n: int):
     return [dataclasses.replace(one, id=i) for i in range(n)]
 
 
+@pytest.mark.serial  # its bounds are seconds of wall-clock time
 @pytest.mark.parametrize("fake, why", [
     ("never_reads", "time limit"),
     ("half_line", "time limit"),
@@ -92,6 +93,7 @@ def _requests_of(functions: list[str]):
     return [dataclasses.replace(one, id=i, function=f) for i, f in enumerate(functions)]
 
 
+@pytest.mark.serial  # it reads the sandbox's CPU time over a wait
 def test_a_silent_worker_costs_two_limits_not_one_per_function(monkeypatch, tmp_path):
     """A worker that answers nothing, idle (here it never reads; a replaced sys.stdin or a
     signal handler does the same): the first missed deadline restarts it, the fresh one misses
@@ -114,6 +116,7 @@ def test_a_silent_worker_costs_two_limits_not_one_per_function(monkeypatch, tmp_
     assert all(e.startswith("the worker stopped answering") for e in errors[2:]), errors
 
 
+@pytest.mark.serial  # it reads the sandbox's CPU time over a wait
 def test_hangs_that_compute_cost_only_their_own_functions(monkeypatch, tmp_path):
     """Two functions in a row that loop at trace time (computing, as an honest student's
     endless loop does) each cost their own limit, and the function after them is still asked
@@ -320,8 +323,10 @@ def test_grade_all_killed_mid_run_leaves_no_process_and_resumes(tmp_path):
         (cls / f"{student}_ps1_sharding.py").write_text(
             (ROOT / "solutions" / "ps1_sharding.py").read_text())
     out = tmp_path / "out" / "course_grades.csv"
+    # a short function limit, as a course would set it: ann's hang costs 25 s, not 150
     argv = [sys.executable, "-m", "autograder", "grade-all", str(cls), "--workers", "2",
-            "--quick", "--no-speed", "--no-progress", "--out", str(out)]
+            "--quick", "--no-speed", "--no-progress", "--out", str(out),
+            "--function-timeout", "25"]
     _, left = _kill_mid_run(argv, signal.SIGKILL, tmp_path)
     assert not left, left
     p = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=900)
@@ -586,6 +591,7 @@ def test_a_recursion_error_in_the_grader_is_a_regrade_not_a_zero(monkeypatch):
                              with_speed=True, seed=3)
 
 
+@pytest.mark.serial  # it loads the machine on purpose
 def test_an_oversubscribed_class_gets_the_same_verdicts(tmp_path):
     """The same hand-ins graded with 2 and with 6 at once on this machine (2 cores here):
     every check of every function gets the same verdict."""
@@ -602,8 +608,9 @@ def test_an_oversubscribed_class_gets_the_same_verdicts(tmp_path):
         (cls / f"{student}_ps1_sharding.py").write_text(src.read_text())
     verdicts = {}
     for workers in (2, 6):
-        # a cache of its own for each run: no verdict is reused from the other run
-        opts = Options(seed=7, cache_dir=tmp_path / f"cache{workers}")
+        # a cache of its own for each run: no verdict is reused from the other run; two
+        # meshes (quick) and the speed check, whose model is what load could sway
+        opts = Options(seed=7, quick=True, cache_dir=tmp_path / f"cache{workers}")
         outcomes = grade_all(cls, workers=workers, out=tmp_path / f"w{workers}" / "g.csv",
                              opts=opts, progress=False)
         verdicts[workers] = {
@@ -634,6 +641,7 @@ def shard_average_jit(''', 1).replace('''    ### BEGIN SOLUTION''', '''    impor
     ### BEGIN SOLUTION''', 1)
 
 
+@pytest.mark.serial  # memory
 def test_a_sandbox_that_takes_memory_late_is_stopped_and_told_why(tmp_path):
     from autograder.classroom.batch import grade_all
     from autograder.supervisor.options import Limits, Options
@@ -654,6 +662,7 @@ def test_a_sandbox_that_takes_memory_late_is_stopped_and_told_why(tmp_path):
     assert "memory bound" in said or "MB of memory" in said, said
 
 
+@pytest.mark.serial  # memory
 def test_the_kernel_bounds_a_sandboxs_memory_where_the_machine_offers_it():
     from autograder.isolation import cgroup
     from autograder.isolation import sandbox as isolation

@@ -234,7 +234,7 @@ def test_a_hang_costs_one_limit_not_two(tmp_path, monkeypatch):
     import nbformat
 
     demo, api, course, sub = _course_with_student(
-        tmp_path, monkeypatch, "hal", "c.GradeInSandbox.function_timeout = 20\n"
+        tmp_path, monkeypatch, "hal", "c.GradeInSandbox.function_timeout = 10\n"
         "c.GradeInSandbox.cell_timeout = 600\nc.GradeInSandbox.with_speed = False\n")
     nb = nbformat.read(sub / "ps1_sharding.ipynb", as_version=4)
     (answer,) = [c for c in nb.cells

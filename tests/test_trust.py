@@ -232,6 +232,7 @@ def _scores(report) -> dict:
     return {n: f["score"] for n, f in report["functions"].items()}
 
 
+@pytest.mark.serial  # the hostile class: no sandbox process may be left on the machine
 @pytest.mark.parametrize("student", ["forger", "patcher", "memoriser", "reader", "vandal",
                                      "greedy", "honest"])
 def test_attacker_gains_nothing_over_honest_work(hostile_class, student):
@@ -240,6 +241,7 @@ def test_attacker_gains_nothing_over_honest_work(hostile_class, student):
     assert report["isolated"] is True
 
 
+@pytest.mark.serial  # the hostile class: no sandbox process may be left on the machine
 def test_classmates_keep_their_grades_and_the_batch_finishes(hostile_class):
     rows = {r["student"]: r for r in hostile_class["csv"]}
     assert float(rows["honest"]["total"]) == 10.0
@@ -248,6 +250,7 @@ def test_classmates_keep_their_grades_and_the_batch_finishes(hostile_class):
     assert hostile_class["took"] < 4 * 200
 
 
+@pytest.mark.serial  # the hostile class: no sandbox process may be left on the machine
 def test_nothing_outside_the_sandbox_changed(hostile_class):
     assert hostile_class["unchanged"]
     assert not (hostile_class["base"] / "cache" / "isolated" / "xla" / "poison").exists()
@@ -257,27 +260,32 @@ def test_nothing_outside_the_sandbox_changed(hostile_class):
         assert "signature" in rep and rep["student"] == student
 
 
+@pytest.mark.serial  # the hostile class: no sandbox process may be left on the machine
 def test_no_process_outlives_its_sandbox(hostile_class):
     leftovers = [p for p in isolation._pids()
                  if (isolation._uid_of(p) or 0) >= 200_000]
     assert leftovers == [], leftovers
 
 
+@pytest.mark.serial  # the hostile class: no sandbox process may be left on the machine
 def test_no_network(hostile_class):
     assert hostile_class["seen"] == []
 
 
+@pytest.mark.serial  # the hostile class: no sandbox process may be left on the machine
 def test_forged_records_are_ignored(hostile_class):
     msg = " ".join(c["message"] for c in
                    hostile_class["reports"]["forger"]["functions"]["roll_diff"]["checks"])
     assert "values differ" in msg
 
 
+@pytest.mark.serial  # the hostile class: no sandbox process may be left on the machine
 def test_reading_the_solutions_finds_nothing(hostile_class):
     msg = hostile_class["reports"]["reader"]["functions"]["roll_diff"]["checks"][0]["message"]
     assert "not found" in msg
 
 
+@pytest.mark.serial  # the hostile class: no sandbox process may be left on the machine
 def test_resume_reuses_only_signed_reports(hostile_class):
     """A report edited on disk (a higher score) is graded again, not reused."""
     base = hostile_class["base"]
@@ -385,7 +393,7 @@ def roll_diff(A, shift, mesh):
                          in_specs=P('X', 'Y'), out_specs=P('X', 'Y'))(A)
 ''')
     res = grade_path(src, "ps1_sharding", quick=True, with_speed=False,
-                     limits=Limits(per_function_s=20, load_s=45))
+                     limits=Limits(per_function_s=8, load_s=45))
     f = res.functions
     assert "not found" in f["shard_average_jit"].checks[0].message
     assert f["shard_average_shard_map"].score == 0
@@ -393,6 +401,7 @@ def roll_diff(A, shift, mesh):
     assert f["roll_diff"].score == 4.0
 
 
+@pytest.mark.serial  # memory, and no sandbox process left on the machine
 def test_memory_of_child_processes_counts(tmp_path):
     """Memory held by a child process the submission forks counts against the sandbox: the
     statement is stopped and skipped, the rest is graded, nothing is left running."""
