@@ -6,6 +6,9 @@ import pytest
 
 from autograder.core.files import replaced
 
+#: the same on every JAX: make test runs it, make test-latest leaves it out
+pytestmark = pytest.mark.orchestration
+
 
 def test_a_file_is_replaced_whole_and_nothing_is_left_beside_it(tmp_path):
     path = tmp_path / "sub" / "verdict.json"

@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 
+#: the same on every JAX: make test runs it, make test-latest leaves it out
+pytestmark = pytest.mark.orchestration
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
