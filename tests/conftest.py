@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups off the items
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist (``tools/run_suite.py``), tests that share one expensive piece of
     work run on one worker, which does it once: those parametrized with one submission file
@@ -56,7 +57,7 @@ def _shared_work(item) -> str | None:
         fixdefs = defs.name2fixturedefs.get(name) if defs else None
         if not fixdefs or fixdefs[-1].scope != "module":
             continue
-        return f"{module}" + (f"[{params[name]}]" if name in params else "")
+        return f"{module}" + (f":{params[name]}" if name in params else "")  # no "]": xdist
     return None
 
 

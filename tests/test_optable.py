@@ -13,10 +13,10 @@ import re
 import jax
 import jax.numpy as jnp
 import pytest
-from conftest import check_of, grade, load_fixture
+from conftest import SEED, check_of, grade, load_fixture, loaded
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
-from test_verdicts import ENTRIES, SEED, _loaded, key, recorded
+from test_verdicts import ENTRIES, key, recorded
 
 from autograder.core.meshes import make_mesh
 from autograder.core.optable import TABLE, refusal
@@ -35,7 +35,7 @@ def _first_program(path: str, function: str) -> tuple:
 
     plan = plan_for(registry.get(function), seed=SEED, quick=True, with_speed=False)
     request = plan.all_requests()[0]
-    reply = export_one(_loaded(path).function(function), request, make_mesh)
+    reply = export_one(loaded(path).function(function), request, make_mesh)
     assert reply.error is None, reply.error
     return jax.export.deserialize(bytearray(reply.payload())).mlir_module(), request.layout
 

@@ -166,13 +166,15 @@ def test_reference_solutions_full_marks(path):
                                         (FIX / "alt_ragged.py", False),
                                         (FIX / "alt_flag_loop.py", False)])
 def test_alternative_correct_answers_full_marks(path, quick):
-    # alt_ragged and alt_flag_loop on every layout and edge case; alt_loops (slow to compile)
-    # on two layouts
+    """Right answers pass every check but speed (alt_ragged and alt_flag_loop on every layout
+    and edge case; alt_loops, slow to compile, on two layouts): their speed verdicts, each the
+    program's own, are the verdict table's."""
     defined = [n for n in NAMES if _ns(str(path)).get(n) is not None]
     assert defined
     for name in defined:
         res = grade(path, name, quick=quick)
-        assert res.score == res.max_score, (name, [c.message for c in res.checks])
+        assert all(c.passed for c in res.checks if c.name != "speed"), \
+            (name, [c.message for c in res.checks])
 
 
 @pytest.mark.parametrize("path", [FIX / "wrong_local_gather.py"])
