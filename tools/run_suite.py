@@ -83,6 +83,13 @@ def main(argv=None) -> int:
     print(f"\n== the {a.slowest} slowest tests (seconds, both phases)")
     for secs, name, _ in every[:a.slowest]:
         print(f"{secs:8.1f}  {name}")
+    files: dict = {}
+    for secs, name, _ in every:
+        files[name.split("::")[0]] = files.get(name.split("::")[0], 0.0) + secs
+    print(f"== the files that cost most (seconds of test time, both phases; "
+          f"{sum(files.values()) / 60:.1f} min in all)")
+    for path, secs in sorted(files.items(), key=lambda kv: -kv[1])[:12]:
+        print(f"{secs:8.1f}  {path}")
     for name, rc, took, cs in results:
         print(f"== {name} phase: {len(cs)} tests in {took / 60:.1f} min "
               f"({'passed' if rc == 0 else f'FAILED, exit {rc}'})")
