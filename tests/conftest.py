@@ -32,6 +32,23 @@ def pytest_collection_modifyitems(config, items):
         group = _shared_work(item)
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
+    # a group's tests run on one worker, so one started last would be the suite's tail: first
+    # the module fixtures' groups (whole processes, courses, notebooks), then the submissions'
+    # (the largest first), then the tests that run anywhere, each kind in the order collected
+    size: dict = {}
+    for item in items:
+        size[_group(item)] = size.get(_group(item), 0) + 1
+
+    def order(item):
+        group = _group(item)
+        return (2, 0) if group is None else (int(group.startswith("submission:")), -size[group])
+
+    items.sort(key=order)
+
+
+def _group(item) -> str | None:
+    mark = item.get_closest_marker("xdist_group")
+    return (mark.args[0] if mark.args else mark.kwargs.get("name")) if mark else None
 
 
 def _submission(value) -> str | None:

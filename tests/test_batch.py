@@ -3,6 +3,9 @@
 The whole class is graded once (module fixture, quick and without the speed check, short time
 limits) and every student's verdicts are checked: correct functions at full marks, broken ones
 with the check and the reason they deserve, the batch finishing whatever the submissions do.
+A class, not one function: the subject is the batch (workers, hangs and crashes beside
+classmates, the CSV, the class report, the gradebook), so every test here reads that one
+grading; ps1, the cheapest assignment, on two meshes.
 """
 import csv
 import json

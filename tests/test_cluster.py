@@ -3,7 +3,8 @@
 The same small class is graded locally and on the cluster with the same seed: every verdict,
 score and CSV row must agree; the reports are signed by this process and a second cluster run
 reuses them all. A worker killed while it grades loses nothing: the task is graded again on the
-other worker.
+other worker. A class, not one function: the subject is the cluster's scheduling and the
+reports it signs; one small class graded once serves every test.
 """
 import csv
 import dataclasses

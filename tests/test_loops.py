@@ -21,10 +21,8 @@ import pytest  # noqa: E402
 from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P
 
-from autograder.core import loader
 from autograder.core.meshes import make_mesh  # noqa: E402
-from autograder.course import registry  # noqa: E402
-from autograder.supervisor import local
+from conftest import graded
 from autograder.tpumodel import loops  # noqa: E402
 from autograder.tpumodel.api import model_function  # noqa: E402
 from autograder.tpumodel.hlo import DataDependentLoop  # noqa: E402
@@ -171,10 +169,9 @@ def test_counting_never_trusts_the_program_text():
 # -- in grading ------------------------------------------------------------------------------
 
 def _speed(path: Path, name: str):
-    ns = loader.load(str(path)).namespace
-    res = local.grade_function(registry.get(name), ns[name], quick=True, with_speed=True,
-                                 seed=7)
-    return next(c for c in res.checks if c.name == "speed")
+    """The speed check of the verdict table's grading (conftest's ``graded``: two meshes,
+    speed included), shared with every other test of that file."""
+    return next(c for c in graded(path, name).checks if c.name == "speed")
 
 
 def _ratio(check) -> float:
@@ -185,14 +182,21 @@ def _ratio(check) -> float:
 
 
 @pytest.mark.parametrize("name", ["moe_all_to_all", "moe_topk"])
-def test_all_to_all_speed_is_modeled_with_counted_rounds(name):
-    ref = _speed(ROOT / "solutions" / "ps2_moe.py", name)
-    assert ref.passed and "modeled on TPU" in ref.message, ref.message
-    assert "most iterations one entry of it ran on the grading input" in ref.message, ref.message
-    alt = _speed(FIX / "alt_flag_loop.py", name)  # a loop stopped by a flag, not a counter
-    assert alt.passed and "most iterations" in alt.message, alt.message
-    # gathering every token to every device instead models slower than the reference
-    gathers = _speed(FIX / "wrong_a2a_gathers.py", name)
+@pytest.mark.parametrize("path", [ROOT / "solutions" / "ps2_moe.py",
+                                  FIX / "alt_flag_loop.py"])  # a loop stopped by a flag
+def test_all_to_all_speed_is_modeled_with_counted_rounds(path, name):
+    speed = _speed(path, name)
+    assert speed.passed and "modeled on TPU" in speed.message, speed.message
+    assert "most iterations one entry of it ran on the grading input" in speed.message, \
+        speed.message
+
+
+@pytest.mark.parametrize("name", ["moe_all_to_all", "moe_topk"])
+@pytest.mark.parametrize("path", [FIX / "wrong_a2a_gathers.py"])
+def test_gathering_every_token_models_slower_than_the_exchange(path, name):
+    """Gathering every token to every device instead of exchanging them models slower than
+    the reference."""
+    ref, gathers = _speed(ROOT / "solutions" / "ps2_moe.py", name), _speed(path, name)
     assert "modeled on TPU" in gathers.message
     assert _ratio(gathers) > 1.5 * _ratio(ref), (gathers.message, ref.message)
     assert not gathers.passed

@@ -15,6 +15,8 @@ pytestmark = pytest.mark.orchestration
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
+    """The demo course (three students through nbgrader autograde, ps1 only), once for every
+    test that reads it: nbgrader's path is a whole course (its gradebook, its notebooks)."""
     out = tmp_path_factory.mktemp("demo") / "demo"
     p = subprocess.run([sys.executable, "tools/demo.py", "--dir", str(out), "ps1_sharding"],
                        cwd=ROOT, capture_output=True, text=True, timeout=900)

@@ -202,6 +202,9 @@ def _tree_digest(*dirs: Path) -> str:
 
 @pytest.fixture(scope="module")
 def hostile_class(tmp_path_factory, listener):
+    """Seven hand-ins graded as one class, once for every test below: the attacks' subject is
+    what one hand-in can do to its classmates and the machine, which needs classmates (ps1, the
+    cheapest assignment, on two meshes, no speed check)."""
     port, seen = listener
     base = tmp_path_factory.mktemp("hostile")
     course = base / "course"
