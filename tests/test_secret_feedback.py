@@ -125,3 +125,57 @@ def test_the_speed_message_quotes_no_loop_count_of_the_secret_case():
                        checks.Timing(0, 0, float("nan"), 0, "cpu", modeled)).message
     assert "most iterations one entry of it ran" in msg and "2 loops" in msg, msg
     assert "7771" not in msg and "4242" not in msg, msg
+
+
+
+def counted_gather(A, B, W, mesh):
+    """The reference all_to_all exchange, and before it a while_loop that all-gathers A over
+    'X' as often as the routing's first token says (agreed along 'X' with a pmax, as the
+    reference agrees its rounds): the gather's count is the data's, and a message that quoted it
+    (x5, 1.5 KiB delivered) would read a secret input back."""
+    from solutions.ps2_moe import exchange_in_chunks
+
+    def local(a, b, w):
+        trips = jax.lax.pmax(2 + b[0] % 5, "X")
+
+        def spin(c):
+            i, x = c
+            return i + 1, x + jnp.sum(jax.lax.all_gather(a, "X", tiled=True))
+
+        _, spun = jax.lax.while_loop(lambda c: c[0] < trips, spin, (jnp.int32(0), 0.0 * a[0, 0]))
+        a = jax.lax.all_gather(a, "Y", axis=1, tiled=True)
+        chunk = max(1, min(128, a.shape[0] // jax.lax.axis_size("X")))
+        out = exchange_in_chunks(a, jnp.arange(a.shape[0]), b, w, chunk)
+        return out + 0.0 * spun
+
+    return jax.shard_map(local, mesh=mesh, in_specs=(P("X", "Y"), P("X"), P("X", None, "Y")),
+                         out_specs=P("X", "Y"))(A, B, W)
+
+
+MOE = registry.get("moe_all_to_all")
+
+
+def test_a_structure_message_quotes_no_count_the_secret_data_decided():
+    from autograder.judge.grading import plan_for
+
+    def first(seed):
+        (layout, (case, *_)), *_ = plan_for(MOE, seed=seed, quick=True).cases()
+        return (layout, tuple(np.shape(a) for a in case.args[:3])), case.args[1]
+
+    seen, pair = {}, None
+    for seed in range(1, 200):  # two secret seeds drawing the same first mesh and shapes
+        key, routing = first(seed)
+        if key in seen and 2 + routing[0] % 5 != 2 + first(seen[key])[1][0] % 5:
+            pair = seen[key], seed
+            break
+        seen.setdefault(key, seed)
+    assert pair is not None
+    one, two = (check_of(local.grade_function(MOE, counted_gather, seed=s, quick=True,
+                                              with_speed=False), "structure") for s in pair)
+    assert not one.passed and not two.passed
+    assert one.message == two.message, (one.message, two.message)
+    msg = one.message
+    # where and why: the collective, its axis, what it delivers, what to do instead
+    assert "all_gather over 'X'" in msg and "all_to_all" in msg, msg
+    assert "in a loop or branch whose count the data decides" in msg, msg
+    assert not re.search(r"\bx[0-9]|KiB", msg), msg
