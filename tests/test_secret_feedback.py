@@ -125,6 +125,24 @@ def test_the_speed_message_quotes_no_loop_count_of_the_secret_case():
                        checks.Timing(0, 0, float("nan"), 0, "cpu", modeled)).message
     assert "most iterations one entry of it ran" in msg and "2 loops" in msg, msg
     assert "7771" not in msg and "4242" not in msg, msg
+    # the modeled time follows the counts: not quoted, the ratio only to one decimal
+    assert "ratio 1.1)" in msg and "9.0 us" in msg, msg
+    assert "10.0" not in msg and "1.11" not in msg, msg
+
+
+def test_a_modeled_speed_without_counted_loops_keeps_its_figures():
+    from autograder.course import checks
+
+    modeled = {"chip": "v5e", "student_us": 10.0, "baseline_us": 9.0, "ratio": 1.11,
+               "threshold": 1.05, "student": {"devices": 8, "device": 3}}
+    msg = checks.speed(registry.get("moe_all_to_all"),
+                       checks.Timing(0, 0, float("nan"), 0, "cpu", modeled)).message
+    assert "10.0 us vs 9.0 us (ratio 1.11)" in msg and "yours is 1.11" in msg, msg
+    assert "slowest (device 3)" in msg, msg
+    counted = checks.speed(registry.get("moe_all_to_all"), checks.Timing(
+        0, 0, float("nan"), 0, "cpu", {**modeled, "trips": [3]})).message
+    assert "device 3" not in counted and "1.11" not in counted, counted
+    assert "yours is 1.1 (" in counted, counted
 
 
 

@@ -241,10 +241,17 @@ def speed(problem: Problem, t: Timing) -> CheckResult:
                    f"{t.ratio:.2f}, median of {t.rounds} interleaved rounds on {t.platform})")
     else:  # the model decides: wall-clock on emulated devices would say nothing more
         figures = f"wall-clock on {t.platform} not measured (the TPU model decides here)"
+    # loops counted on the speed case (whose values are secret) decide the modeled time: a
+    # program could make it encode an input value, so the time is not quoted then, nor the
+    # slowest device, and the ratio only to one decimal
+    counted = bool(t.modeled and t.modeled.get("trips"))
     if t.modeled:
         m = t.modeled
         figures += (f"; modeled on TPU {m.get('chip', '?')}: {m['student_us']:.1f} us vs "
-                    f"{m['baseline_us']:.1f} us (ratio {m['ratio']:.2f})")
+                    f"{m['baseline_us']:.1f} us (ratio {m['ratio']:.2f})" if not counted else
+                    f"; modeled on TPU {m.get('chip', '?')}: the jit baseline "
+                    f"{m['baseline_us']:.1f} us (ratio {m['ratio']:.1f}), your time and the ratio's further digits "
+                    f"not quoted, as they follow the secret case's loop counts")
         if m.get("trips"):  # counted on the speed case, whose values are secret: not quoted
             n = len(m["trips"])
             figures += (f", each loop modeled at the most iterations one entry of it ran on "
@@ -257,9 +264,9 @@ def speed(problem: Problem, t: Timing) -> CheckResult:
                         f"goes ({'; '.join(bounds)})")
         devices = (m.get("student") or {}).get("devices")
         if devices:
+            slowest = "" if counted else f" (device {m['student'].get('device')})"
             figures += (f"; its control flow depends on the device, so all {devices} devices "
-                        f"were modeled and the slowest (device {m['student'].get('device')}) "
-                        "timed")
+                        f"were modeled and the slowest{slowest} timed")
         ratio, limit = m["ratio"], m.get("threshold", problem.threshold("tpu_model"))
         basis = "modeled TPU ratio"
     else:  # measured: on a real TPU
@@ -272,6 +279,8 @@ def speed(problem: Problem, t: Timing) -> CheckResult:
                "(the notebook's tpu_profile shows both)")
     else:
         how = "compare the two compiled programs (jax.jit(f).lower(*args).compile().as_text())"
+    yours = (f"{ratio:.2f}" if not counted else f"{ratio:.1f}" if round(ratio, 1) > limit
+             else f"just above {limit:g}")
     return failed("speed", f"make it faster: a {basis} of at most {limit:g} is needed, yours is "
-                  f"{ratio:.2f} ({figures}). Time it against jax.jit of the plain code and "
+                  f"{yours} ({figures}). Time it against jax.jit of the plain code and "
                   f"{how}.")
