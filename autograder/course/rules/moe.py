@@ -149,10 +149,10 @@ def tokens_travel_all_to_all(prog, mesh, problem):
         # where the program fixes their counts
         delivered = ("" if any(o.data_counted for o in prog.collectives()
                                if o.kind in ("all_to_all", "ragged_all_to_all"))
-                     else f" ({got / 2**10:.1f} KiB)")
+                     else f" {got / 2**10:.1f} KiB,")
         return failed("structure", f"the tokens routed to other X-groups must travel with "
-                      f"all_to_all: on the grading input its all_to_alls deliver{delivered} "
-                      f"less than half of the activations a device sends to other groups "
+                      f"all_to_all: on the grading input its all_to_alls deliver only"
+                      f"{delivered} less than half of the activations a device sends to other groups "
                       f"(the tokens whose expert another X-group owns, each a [D/Y] slice of a "
                       f"row) ({prog.summary()}). " + rules.HOW_TO_LOOK)
     return passed("structure", "tokens travel with all_to_all over X")
