@@ -197,3 +197,61 @@ def test_a_structure_message_quotes_no_count_the_secret_data_decided():
     assert "all_gather over 'X'" in msg and "all_to_all" in msg, msg
     assert "in a loop or branch whose count the data decides" in msg, msg
     assert not re.search(r"\bx[0-9]|KiB", msg), msg
+
+
+def dotted_ring(A, W, mesh):
+    """The reference all-gather ring, and beside it a while_loop of [1, 1] dots run as often as
+    the device's first value of A says (no collective inside: the devices need not agree): the
+    structure passes, and its message must not count those dots."""
+    ny = mesh.shape["Y"]
+
+    def per_device(a, w):
+        me = jax.lax.axis_index("Y")
+        width = a.shape[1]
+        to_left = [(k, (k - 1) % ny) for k in range(ny)]
+
+        def partial(a_held, step):
+            rows = jax.lax.dynamic_slice_in_dim(w, ((me + step) % ny) * width, width, axis=0)
+            return a_held @ rows
+
+        def body(step, carry):
+            acc, a_held = carry
+            return acc + partial(a_held, step), jax.lax.ppermute(a_held, "Y", perm=to_left)
+
+        acc = jax.lax.pcast(jnp.zeros((a.shape[0], w.shape[1]), a.dtype), ("X", "Y"),
+                            to="varying")
+        acc, a_last = jax.lax.fori_loop(0, ny - 1, body, (acc, a), unroll=True)
+        trips = 1 + (jnp.abs(a[0, 0]) * 1000).astype(jnp.int32) % 7
+        _, s = jax.lax.while_loop(lambda c: c[0] < trips,
+                                  lambda c: (c[0] + 1, c[1] + a[:1, :1] @ a[:1, :1].T),
+                                  (jnp.int32(0), jnp.zeros_like(a[:1, :1])))
+        return acc + partial(a_last, ny - 1) + 0.0 * s
+
+    return jax.shard_map(per_device, mesh=mesh, in_specs=(P("X", "Y"), P(None, "Y")),
+                         out_specs=P("X", "Y"))(A, W)
+
+
+def test_a_structure_pass_counts_no_dot_the_secret_data_decided():
+    from autograder.judge.grading import plan_for
+
+    problem = registry.get("matmul_allgather")
+
+    def shapes(seed):  # the message covers every mesh: all cases' shapes must match
+        return tuple((layout, tuple(np.shape(a) for a in case.args[:2]))
+                     for layout, cases in plan_for(problem, seed=seed, quick=True).cases()
+                     for case in cases)
+
+    seen, pair = {}, None
+    for seed in range(1, 400):  # two secret seeds drawing the same meshes and shapes
+        if shapes(seed) in seen:
+            pair = seen[shapes(seed)], seed
+            break
+        seen[shapes(seed)] = seed
+    assert pair is not None
+    one, two = (check_of(local.grade_function(problem, dotted_ring, seed=s, quick=True,
+                                              with_speed=False), "structure") for s in pair)
+    assert one.passed and two.passed, (one.message, two.message)
+    assert one.message == two.message, (one.message, two.message)
+    assert "enough partial matmuls" in one.message, one.message
+    # the ring's own ppermutes run a count the program fixes: their bytes are still quoted
+    assert re.search(r"on mesh 2x4: \d+ B sent per device \(budget", one.message), one.message
