@@ -66,6 +66,11 @@ class Op:
     in_shard_map: bool
     params: dict = field(default_factory=dict, repr=False)
     index: int = 0  # program order
+    #: the count was measured on the data the program ran on, not fixed by the program: the op
+    #: sits in a loop whose trip count the program does not state, or in a branch. On a secret
+    #: case such a count is secret (a program can encode an input value in a trip count), so
+    #: feedback names it qualitatively (:meth:`times`), never as a number
+    data_counted: bool = False
 
     @property
     def perm(self) -> tuple[tuple[int, int], ...] | None:
@@ -78,6 +83,15 @@ class Op:
         once where the count is unknown (rules that must not pass on an unknown count check
         ``count is None`` themselves)."""
         return 1 if self.count is None else self.count
+
+    def times(self) -> str:
+        """How often the op ran, for a message: ``x3`` where the program fixes the count, else
+        in words that quote no figure the data produced."""
+        if self.count is None:
+            return "an unknown number of times"
+        if self.data_counted:
+            return "in a loop or branch whose count the data decides"
+        return f"x{self.count}"
 
     def shift(self, axis_size: int) -> set[int]:
         """The ring shifts (dst - src mod n) a ppermute uses."""
@@ -301,6 +315,12 @@ class Program:
         """Operand bytes handed to collectives of ``kind``, loops multiplied out."""
         return sum(o.runs * o.in_bytes for o in self.collectives(kind, axis))
 
+    def data_counted(self) -> bool:
+        """Whether any op's count was decided by the data (see :attr:`Op.data_counted`): then
+        figures that multiply counts out are secret on a secret case, and messages say them in
+        words."""
+        return any(o.data_counted for o in self.ops)
+
     def has_unknown_loops(self) -> bool:
         return any(o.count is None for o in self.ops)
 
@@ -321,13 +341,12 @@ class Program:
             return "no collectives"
         lines = []
         for o in cols[:limit]:
-            rep = "?" if o.count is None else str(o.count)
             n = len(o.perm or ())
             extra = (f" ring shift {', '.join(signed_shift(s, n) for s in sorted(o.shift(n)))}"
                      if o.perm else "")
             lines.append(
                 f"{o.kind} over {','.join(o.axes) or '?'} of {list(o.in_shapes[0]) if o.in_shapes else []}"
-                f" x{rep}{extra}"
+                f" {'x?' if o.count is None else o.times()}{extra}"
             )
         if len(cols) > limit:
             lines.append(f"... and {len(cols) - limit} more")

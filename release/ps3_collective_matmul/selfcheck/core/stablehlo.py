@@ -426,7 +426,11 @@ class _Walker:
         return shape, size * dt.itemsize, dt
 
     # -- the walk ---------------------------------------------------------------------------
-    def walk(self, block, count: int | None, depth: int, manual: bool) -> None:
+    def walk(self, block, count: int | None, depth: int, manual: bool,
+             data: bool = False) -> None:
+        """Walk ``block``, run ``count`` times; ``data``: that count was decided by the data
+        (a measured loop whose trip count the program does not state, or a branch), see
+        :attr:`~autograder.core.program.Op.data_counted`."""
         gspmd_manual = 0  # open @SPMDFullToShardShape ... @SPMDShardToFullShape spans
         for op in block.operations:
             op = op.operation
@@ -439,22 +443,27 @@ class _Walker:
                 if callee in self.calls or callee not in self.funcs:
                     raise ProgramUnreadable(f"cannot follow the call to @{callee}")
                 self.calls.append(callee)
-                self.walk(self.funcs[callee].regions[0].blocks[0], count, depth, inside)
+                self.walk(self.funcs[callee].regions[0].blocks[0], count, depth, inside, data)
                 self.calls.pop()
             elif name == "stablehlo.while":
                 # the condition runs once more per entry than the body
+                inner = data
                 if self.counts is not None:  # measured: as often per entry as it ran
                     i = self.number(op)
                     trips, entries = self.counts.trips.get(i, 0), self.counts.entries.get(i, 0)
                     sub, test = (None, None) if count is None else (
                         (int(round(count * trips / entries)),
                          int(round(count * (trips + entries) / entries))) if entries else (0, 0))
+                    # the program states the trip count only where it can be read from it and
+                    # the run agrees; otherwise the data decided it
+                    n = self.trip_count(op)
+                    inner = data or (entries > 0 and (n is None or n * entries != trips))
                 else:
                     n = self.trip_count(op)
                     sub, test = (None, None) if count is None or n is None else (
                         count * n, count * (n + 1))
-                self.walk(op.regions[0].blocks[0], test, depth + 1, inside)
-                self.walk(op.regions[1].blocks[0], sub, depth + 1, inside)
+                self.walk(op.regions[0].blocks[0], test, depth + 1, inside, inner)
+                self.walk(op.regions[1].blocks[0], sub, depth + 1, inside, inner)
             elif name in ("stablehlo.case", "stablehlo.if"):
                 taken = None
                 if self.counts is not None:
@@ -465,7 +474,9 @@ class _Walker:
                     sub = count
                     if taken is not None and count is not None:
                         sub = int(round(count * taken[k] / sum(taken))) if sum(taken) else 0
-                    self.walk(region.blocks[0], sub, depth, inside)
+                    # which branch runs is the data's choice, as far as a message may tell
+                    self.walk(region.blocks[0], sub, depth, inside,
+                              data or taken is not None)
             elif name == "sdy.manual_computation":
                 self.uses_shard_map = True
                 outer = self.manual_axes
@@ -475,7 +486,7 @@ class _Walker:
                 if self.ids is not None:
                     self.auto_axes.update(a for a, n in zip(self.axis_names, self.ids.shape)
                                           if n > 1 and a not in self.manual_axes)
-                self.walk(op.regions[0].blocks[0], count, depth, True)
+                self.walk(op.regions[0].blocks[0], count, depth, True, data)
                 self.manual_axes = outer
             elif name == "stablehlo.custom_call" and target in _GSPMD:
                 step = _GSPMD[target]
@@ -489,9 +500,10 @@ class _Walker:
                     f"may send data to other devices where the grader cannot see it; write "
                     f"this exercise with jax.numpy and jax.lax")
             elif name not in _SKIP:
-                self.record(op, count, depth, inside)
+                self.record(op, count, depth, inside, data)
 
-    def record(self, op, count: int | None, depth: int, manual: bool) -> None:
+    def record(self, op, count: int | None, depth: int, manual: bool,
+               data: bool = False) -> None:
         name = op.name
         prim, kind = _COLLECTIVES.get(name, (_RENAME.get(name, name.split(".", 1)[-1]), None))
         params: dict[str, Any] = {}
@@ -519,7 +531,7 @@ class _Walker:
             in_shapes=tuple(s for s, _, _ in ins), out_shapes=tuple(s for s, _, _ in outs),
             in_bytes=sum(b for _, b, _ in ins), out_bytes=sum(b for _, b, _ in outs),
             count=count, loop_depth=depth, in_shard_map=manual, params=params,
-            index=len(self.ops)))
+            index=len(self.ops), data_counted=data))
 
     # -- device ids -> mesh axes ------------------------------------------------------------
     def group_axes(self, attr) -> tuple[str, ...]:

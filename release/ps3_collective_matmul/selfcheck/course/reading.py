@@ -37,11 +37,13 @@ class Paths:
 
     def judge(self, rules, mesh, problem) -> Iterator[tuple[str, CheckResult]]:
         """``(where, result)`` of every rule that applies, on every device path: ``where``
-        names the devices when they ran different paths (each path must pass), else ''."""
+        says so when the devices ran different paths (each path must pass), else ''. It names
+        no device: which devices took which path is what the data decided, and on a secret
+        case a program could encode an input value in it."""
         for devices, prog in self.programs:
             where = "" if len(self.programs) == 1 else (
-                f"device{'s' * (len(devices) > 1)} {', '.join(map(str, devices))}: the devices "
-                "ran different loop counts or branches, and each path is judged")
+                "on some devices: the devices ran different loop counts or branches (as the "
+                "data decided), and each path is judged")
             for rule in rules:
                 res = rule(prog, mesh, problem)
                 if res is not None:

@@ -90,17 +90,24 @@ def no_activation_gather_over_x(prog, mesh, problem):
     rows_in_loop = [o for o in others if o.count is None and o.out_shapes
                     and len(o.out_shapes[0]) >= 2]
     if (big is not None and 2 * total >= big) or rows_in_loop:
-        worst = max(others, key=lambda o: delivered_bytes(o, mesh) * o.runs)
+        # a count the data decided is secret on a secret case: then neither the total nor
+        # which op delivers most (both multiply counts out) is quoted
+        secret = any(o.data_counted for o in prog.collectives()
+                     if _over_x(o) and o.kind not in ("all_to_all", "ragged_all_to_all"))
+        worst = max(others, key=lambda o: delivered_bytes(o, mesh) * (1 if secret else o.runs))
         shape = list(worst.out_shapes[0]) if worst.out_shapes else []
-        runs = "an unknown number of times" if worst.count is None else f"x{worst.count}"
         added = f", {worst.prim}" if "added by XLA" in worst.prim else ""
+        amount = ("to each device at least half as much as the activations of other X-groups "
+                  "copied to it (counting the collectives in loops and branches as often as "
+                  "the data made them run)" if secret else
+                  f"{total / 2**10:.1f} KiB to each device, as much as the activations of "
+                  f"other X-groups copied to it")
         return failed("structure", "tokens must travel to their experts with all_to_all; "
-                      f"collectives over 'X' other than all_to_all deliver "
-                      f"{total / 2**10:.1f} KiB to each device, as much as the activations of "
-                      f"other X-groups copied to it (the largest: {worst.kind} over 'X' producing "
-                      f"{shape}, {runs}{added}). Send each X-group only the tokens routed to its "
-                      "experts, with shard_map's in_specs matching the arguments' shardings. "
-                      + rules.HOW_TO_LOOK)
+                      f"collectives over 'X' other than all_to_all deliver {amount} "
+                      f"(the largest{' per run' if secret else ''}: {worst.kind} over 'X' "
+                      f"producing {shape}, {worst.times()}{added}). Send each X-group only the "
+                      "tokens routed to its experts, with shard_map's in_specs matching the "
+                      "arguments' shardings. " + rules.HOW_TO_LOOK)
     return passed("structure", "no gather of activations over X")
 
 
@@ -137,8 +144,15 @@ def tokens_travel_all_to_all(prog, mesh, problem):
                       "weighed: the input is not known here)")
     got = sum(delivered_bytes(o, mesh) * o.runs for o in a2a)
     if 2 * got < need:
+        # how many tokens are routed away is the input's routing, secret on a secret case:
+        # the message says how the two compare, and quotes what the all_to_alls deliver only
+        # where the program fixes their counts
+        delivered = ("" if any(o.data_counted for o in prog.collectives()
+                               if o.kind in ("all_to_all", "ragged_all_to_all"))
+                     else f" {got / 2**10:.1f} KiB,")
         return failed("structure", f"the tokens routed to other X-groups must travel with "
-                      f"all_to_all: on this input a device sends {need / 2**10:.1f} KiB of "
-                      f"activations to other groups, but its all_to_alls deliver only "
-                      f"{got / 2**10:.1f} KiB ({prog.summary()}). " + rules.HOW_TO_LOOK)
+                      f"all_to_all: on the grading input its all_to_alls deliver only"
+                      f"{delivered} less than half of the activations a device sends to other groups "
+                      f"(the tokens whose expert another X-group owns, each a [D/Y] slice of a "
+                      f"row) ({prog.summary()}). " + rules.HOW_TO_LOOK)
     return passed("structure", "tokens travel with all_to_all over X")

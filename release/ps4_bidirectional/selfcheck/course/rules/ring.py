@@ -17,7 +17,11 @@ ask for, on every mesh with more than one device along 'Y':
 
 Loops may be Python ``for`` loops, ``fori_loop`` (a scan), a ``while_loop`` or unrolled code. The
 grader counts how often each loop and branch ran on the grading input (a branch never taken, a
-loop that never runs, count 0 and are ignored). Where a count is unknown (the self-check's
+loop that never runs, count 0 and are ignored). The messages quote a count, or a byte total
+that multiplies counts out, only where the program itself fixes it: a count the run measured
+in a loop whose trip count the data decides, or in a branch, may encode a value of the (secret)
+grading input, so it is said in words (:attr:`~autograder.core.program.Op.data_counted`).
+Where a count is unknown (the self-check's
 symbolic reading of a loop bound that depends on the data) the rules cannot judge the totals and
 fail, saying so: they never pass on what they cannot see. With Y = 1 there is nothing to
 communicate and every rule passes.
@@ -89,9 +93,16 @@ def _shifts(op: Op, y: int) -> str:
 
 def _describe(op: Op, y: int) -> str:
     shapes = ", ".join(str(list(s)) for s in op.in_shapes) or "?"
-    runs = "an unknown number of times" if op.count is None else f"x{op.count}"
+    runs = op.times()
     extra = f", ring shift {_shifts(op, y)}" if op.perm else ""
     return f"{op.kind} over {','.join(op.axes) or '?'} of {shapes} {runs}{extra}"
+
+
+def _data(prog: Program, kind: str) -> bool:
+    """Whether a total over the ops of ``kind`` (a collective kind or a primitive) depends on a
+    count the data decided, theirs or a zero (a branch not taken): secret on a secret case, so
+    the messages say it in words."""
+    return any(o.data_counted for o in prog.ops if kind in (o.kind, o.prim))
 
 
 def _fail(msg: str, prog: Program | None = None) -> CheckResult:
@@ -233,17 +244,21 @@ def ring_rule(variant: str, *, bidirectional: bool = False):
         if variant == "allreduce" and not perms:
             n_chunks = sum(o.runs for o in psums)
             if n_chunks < 2:
+                found = ("fewer than two psums run (in a loop or branch whose count the data "
+                         "decides)" if _data(prog, "psum") else f"{n_chunks} psum")
                 return _fail(f"reduce the output in several tiles, one psum each; found "
-                             f"{n_chunks} psum.")
+                             f"{found}.")
             what = f"{n_chunks} psum'd output tiles"
         else:
             n_chunks = ny * (2 if variant == "mlp" else 1)
             what = f"{n_chunks} chunks ({'two rings of ' if variant == 'mlp' else ''}Y = {ny})"
         if n_dots < n_chunks:
+            found = (f"found {n_dots} dot_general(s)" if not _data(prog, "dot_general") else
+                     f"found fewer dot_generals, run in a loop or branch whose count the data "
+                     f"decides")
             return _fail(f"split the matmul into partial matmuls, at least one per chunk "
                          f"({what}), each running while the next chunk travels (one big matmul "
-                         f"before or after the ring cannot overlap with it); found {n_dots} "
-                         f"dot_general(s).")
+                         f"before or after the ring cannot overlap with it); {found}.")
 
         # -- bytes ---------------------------------------------------------------------
         notes = []
@@ -259,8 +274,11 @@ def ring_rule(variant: str, *, bidirectional: bool = False):
                                  f"{_mib(big)}: {_describe(o, ny)}.", prog)
         if budget is not None:
             if total > budget + BLOCK_SLACK * unit:
+                sent = ("more than that sent with ppermute, in a loop or branch whose count "
+                        "the data decides" if _data(prog, "ppermute") else
+                        f"{_mib(total)} sent with ppermute")
                 return _fail(f"send {need}: {_mib(budget)} per device in all; "
-                             f"found {_mib(total)} sent with ppermute "
+                             f"found {sent} "
                              f"({'; '.join(_describe(o, ny) for o in perms[:4])}).", prog)
 
         # -- both directions -------------------------------------------------------------
@@ -281,21 +299,29 @@ def ring_rule(variant: str, *, bidirectional: bool = False):
                         back += b / 2
                 tot = fwd + back
                 if min(fwd, back) < MIN_SHARE * tot:
+                    secret = _data(prog, "ppermute")
+                    found = (f"found less than {100 * MIN_SHARE:.0f}% of the bytes sent one "
+                             f"way, counting the ppermutes in loops and branches as often as "
+                             f"the data made them run" if secret else
+                             f"found {_mib(fwd)} sent with shift +1 and {_mib(back)} with "
+                             f"shift -1 ({100 * fwd / max(tot, 1):.0f}% / "
+                             f"{100 * back / max(tot, 1):.0f}%)")
                     return _fail(
                         f"split the data between both ring directions, about half each way "
-                        f"(shift +1 and shift -1 mod {ny}); found {_mib(fwd)} sent with shift "
-                        f"+1 and {_mib(back)} with shift -1 ({100 * fwd / max(tot, 1):.0f}% / "
-                        f"{100 * back / max(tot, 1):.0f}%).")
-                notes.append(f"both ring directions ({100 * fwd / tot:.0f}% / "
+                        f"(shift +1 and shift -1 mod {ny}); {found}.")
+                notes.append("both ring directions" if _data(prog, "ppermute") else
+                             f"both ring directions ({100 * fwd / tot:.0f}% / "
                              f"{100 * back / tot:.0f}% of the bytes)")
             else:
                 notes.append("on a ring of two, +1 and -1 reach the same neighbour")
 
         kind = "tiled psums" if (variant == "allreduce" and not perms) else "a ppermute ring"
-        msg = (f"communication in chunks ({kind}){CLAUSES}{n_dots} partial matmuls "
-               "interleaved with it")
+        n = "enough" if _data(prog, "dot_general") else n_dots
+        msg = f"communication in chunks ({kind}){CLAUSES}{n} partial matmuls interleaved with it"
         if budget is not None:
-            msg += f"{CLAUSES}{_mib(total)} sent per device (budget {_mib(budget)})"
+            msg += CLAUSES + (f"within the budget of {_mib(budget)} sent per device"
+                              if _data(prog, "ppermute") else
+                              f"{_mib(total)} sent per device (budget {_mib(budget)})")
         if notes:
             msg += CLAUSES + CLAUSES.join(notes)
         return passed("structure", msg)
