@@ -60,10 +60,10 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--select", default="",
                     help='a pytest -m expression every test must also match (default: all)')
-    ap.add_argument("--workers", type=int, default=int(os.environ.get("TEST_WORKERS", "3")),
+    ap.add_argument("--workers", type=int, default=int(os.environ.get("TEST_WORKERS", "4")),
                     help="pytest-xdist processes for the parallel phase (default $TEST_WORKERS "
-                         "or 3: most tests wait on a grader's processes, so one more worker "
-                         "than the machine's 2 cores keeps both busy)")
+                         "or 4: most tests wait on a grader's processes, so twice the machine's "
+                         "2 cores keeps both busy)")
     ap.add_argument("--slowest", type=int, default=25)
     ap.add_argument("pytest_args", nargs="*", help="passed to pytest (after --)")
     a = ap.parse_args(argv)
