@@ -57,7 +57,7 @@ def _submission(value) -> str | None:
     if not isinstance(value, (str, Path)) or not str(value).endswith((".py", ".ipynb")):
         return None
     for p in (Path(value), ROOT / value, FIXTURES / value):
-        if p.is_absolute() and p.is_file():
+        if p.is_absolute() and p.is_file() and p.resolve().is_relative_to(ROOT):
             return p.resolve().relative_to(ROOT).as_posix()
     return None
 
