@@ -132,9 +132,23 @@ def graded(path, function: str, *, quick: bool = True, speed: bool = True):
 @functools.lru_cache(maxsize=None)
 def _graded(path: str, function: str, quick: bool, speed: bool):
     from autograder.course import registry
+    from autograder.judge import grading
 
-    return local.grade_function(registry.get(function), _loaded(path).function(function),
-                                seed=SEED, quick=quick, with_speed=speed)
+    problem = registry.get(function)
+    plan = grading.plan_for(problem, seed=SEED, quick=quick, with_speed=speed,
+                            big_cases=big_cases())
+    return local.grade_function(problem, _loaded(path).function(function), plan=plan)
+
+
+@functools.lru_cache(maxsize=None)
+def big_cases():
+    """The big (memory and speed) cases of :data:`SEED` with their NumPy answers, drawn once
+    per test session and read by every worker's gradings, as a class run shares them
+    (:class:`~autograder.judge.bigcases.BigCaseStore`; the workers inherit the session's
+    cache folder)."""
+    from autograder.judge.bigcases import BigCaseStore
+
+    return BigCaseStore(Path(os.environ["AUTOGRADER_CACHE_DIR"]) / "test-bigcases")
 
 
 def check_of(result, name):
