@@ -190,7 +190,7 @@ def _profiles(stdout: str) -> dict:
 def test_tpu_profile_runs_from_the_release_folder(asg, tmp_path):
     """The grader's TPU model travels in the self-check: a student sees the modeled ratio and
     the grader's limit without the course package, for every function with a speed check (a
-    baseline kept with the grader, ps1's, travels as its modeled figures), and the reference
+    baseline kept with the grader, ps1's and ps2's, travels as its modeled figures), and the reference
     answers are within it."""
     from autograder.course import registry
 

@@ -377,18 +377,39 @@ def package_modules(roots) -> list[str]:
     return sorted(seen)
 
 
-def build_selfcheck(asg: str) -> dict[str, str]:
-    """The ``selfcheck`` package of ``asg``: relative path -> text."""
+def public_table(asg: str, *, figures: bool = False) -> dict:
+    """The public table of ``asg`` (:data:`autograder.public.check.PUBLIC`'s entries);
+    ``figures``: with the modeled figures of the baselines kept with the grader."""
     from autograder.course import registry
     from autograder.public import check as public
 
-    table = {p.name: public.public_entry(p, figures=True) for p in registry.problems(asg)}
+    return {p.name: public.public_entry(p, figures=figures) for p in registry.problems(asg)}
+
+
+def _table_modules(table: dict) -> list[str]:
+    """The course package's modules a package holding ``table`` carries: :data:`EXPORTS`, the
+    references, baselines and rule modules the table names, and what they import relatively."""
+    from autograder.public import check as public
+
     refs = {".".join(["autograder"] + t[k][0].lstrip(".").split("."))
             for t in table.values() for k in ("case", "edges", "reference", "baseline")
             if t.get(k)}
     refs |= {"autograder" + m for t in table.values() for r in t["rules"]
              for m in public.rule_modules(r)}
-    modules = package_modules([f"autograder.{m}" for m in EXPORTS] + sorted(refs))
+    return package_modules([f"autograder.{m}" for m in EXPORTS] + sorted(refs))
+
+
+def shipped_modules(asg: str) -> dict[str, Path]:
+    """The course package's modules (``autograder.x.y``, with their files) that the release
+    folder of ``asg`` carries in its ``selfcheck/``, copied as they are (a baseline kept with
+    the grader is not among them: only its figures travel, in the package's ``__init__.py``)."""
+    return {m: _module_path(m) for m in _table_modules(public_table(asg))}
+
+
+def build_selfcheck(asg: str) -> dict[str, str]:
+    """The ``selfcheck`` package of ``asg``: relative path -> text."""
+    table = public_table(asg, figures=True)
+    modules = _table_modules(table)
     files = {}
     for m in modules:
         rel = _module_path(m).relative_to(ROOT / "autograder")

@@ -24,6 +24,13 @@ BK_SPEC = P("X", None)
 #: limit is a blow-up guard between those and an [S, D, F] gather (~17x), which still fails.
 BUFFERS_SPEED = {"tpu_model": 8.0}
 
+#: the baselines stay with the grader and only their modeled figures travel (as ps1's): the
+#: dense one-hot moe_local_baseline is moe_local's answer as it stands, and moe_baseline is
+#: moe_jit's with one sharding constraint (tests/test_release_answers.py grades both). The
+#: baselines share one module, which a release folder would carry whole for any one of them,
+#: so none of ps2's is public.
+BASELINE_PUBLIC = False
+
 
 #: a gather of the activations is named first: it is why the all_to_all then carries too little
 ALL_TO_ALL_RULES = (rules.all_of(rules.uses_shard_map, rules_moe.no_activation_gather_over_x,
@@ -70,6 +77,7 @@ register(Problem(
     make_case=ref.moe_local_case,
     reference=ref.moe_reference,
     baseline=moe_local_baseline,
+    baseline_public=BASELINE_PUBLIC,
     rules=(rules.no_shard_map,),
     memory_bound=_local_memory_bound,
     speed_threshold=BUFFERS_SPEED,
@@ -92,6 +100,7 @@ register(Problem(
     make_case=ref.moe_case,
     reference=ref.moe_reference,
     baseline=moe_baseline,
+    baseline_public=BASELINE_PUBLIC,
     rules=(rules.no_shard_map,),
     speed_threshold=BUFFERS_SPEED,
     cases_per_mesh=1,
@@ -111,6 +120,7 @@ register(Problem(
     make_case=ref.moe_case,
     reference=ref.moe_reference,
     baseline=moe_baseline,
+    baseline_public=BASELINE_PUBLIC,
     rules=(rules.all_of(rules.uses_shard_map, rules_moe.gathers_activations_over_x),),
     cases_per_mesh=1,
     draws_per_shape=1,  # the routing is drawn with the shape: a new draw is a new shape
@@ -129,6 +139,7 @@ register(Problem(
     make_case=ref.moe_case,
     reference=ref.moe_reference,
     baseline=moe_baseline,
+    baseline_public=BASELINE_PUBLIC,
     rules=ALL_TO_ALL_RULES,
     memory_bound=_all_to_all_memory_bound,
     cases_per_mesh=1,
@@ -149,6 +160,7 @@ register(Problem(
     make_case=ref.moe_topk_case,
     reference=ref.moe_topk_reference,
     baseline=topk_baseline,
+    baseline_public=BASELINE_PUBLIC,
     rules=ALL_TO_ALL_RULES,
     memory_bound=_all_to_all_memory_bound,
     cases_per_mesh=1,
