@@ -87,8 +87,11 @@ MODULE = '''HloModule m
 ENTRY %main (p: f32[4,2], q: f32[2,4]) -> (f32[4,8], f32[2,4], f32[2,4]) {
   %p = f32[4,2]{1,0} parameter(0)
   %q = f32[2,4]{1,0} parameter(1)
-  %ag = f32[4,8]{1,0} all-gather(%p), channel_id=1, replica_groups={{0,1,2,3},{4,5,6,7}}, dimensions={1}, use_global_device_ids=true, metadata={op_name="jit(f)/shard_map/all_gather"}
-  %ar = (f32[2,4]{1,0}, f32[2,4]{1,0}) all-reduce(%q, %q), channel_id=2, replica_groups={{0,1,2,3},{4,5,6,7}}, use_global_device_ids=true, to_apply=%add, metadata={op_name="jit(f)/shard_map/psum"}
+  %ag = f32[4,8]{1,0} all-gather(%p), channel_id=1, replica_groups={{0,1,2,3},{4,5,6,7}}, \
+dimensions={1}, use_global_device_ids=true, metadata={op_name="jit(f)/shard_map/all_gather"}
+  %ar = (f32[2,4]{1,0}, f32[2,4]{1,0}) all-reduce(%q, %q), channel_id=2, \
+replica_groups={{0,1,2,3},{4,5,6,7}}, use_global_device_ids=true, to_apply=%add, \
+metadata={op_name="jit(f)/shard_map/psum"}
   %a0 = f32[2,4]{1,0} get-tuple-element(%ar), index=0
   %a1 = f32[2,4]{1,0} get-tuple-element(%ar), index=1
   ROOT %t = (f32[4,8]{1,0}, f32[2,4]{1,0}, f32[2,4]{1,0}) tuple(%ag, %a0, %a1)
