@@ -26,6 +26,7 @@ pytestmark = pytest.mark.orchestration
 distributed = pytest.importorskip("distributed")
 
 from autograder.classroom import batch, cluster  # noqa: E402
+from autograder.core import identity  # noqa: E402
 from autograder.core.results import shown  # noqa: E402
 from autograder.supervisor.options import Limits, Options  # noqa: E402
 
@@ -391,7 +392,7 @@ def test_worker_without_isolation_sends_an_error(tmp_path, monkeypatch):
     from autograder.isolation import sandbox as isolation
 
     item = batch.discover(make_class(tmp_path / "cls"))[0]
-    task = cluster.GradeTask.of(item, _opts().to_dict(), grader=batch.grader_hash())
+    task = cluster.GradeTask.of(item, _opts().to_dict(), grader=identity.grader_hash())
     monkeypatch.setattr(isolation, "available",
                         lambda: isolation.Availability(False, "no bubblewrap here"))
     out = cluster.GradeOutcome.from_dict(cluster.run_task(task.to_dict()))

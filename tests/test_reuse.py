@@ -116,10 +116,89 @@ def test_canonical_keeps_the_program_and_drops_names():
 
 def test_store_round_trip_and_absent_keys(tmp_path):
     store = VerdictStore(tmp_path)
-    assert store.get("ab" * 32) is None
-    store.put("ab" * 32, [{"name": "numerics", "passed": True, "message": "ok"}])
-    assert store.get("ab" * 32) == [{"name": "numerics", "passed": True, "message": "ok"}]
-    assert VerdictStore(None).get("ab" * 32) is None
+    assert store.get("ab" * 32, "here") is None
+    store.put("ab" * 32, [{"name": "numerics", "passed": True, "message": "ok"}], "here")
+    assert store.get("ab" * 32, "here") == [{"name": "numerics", "passed": True, "message": "ok"}]
+    assert VerdictStore(None).get("ab" * 32, "here") is None
+
+
+def test_a_failed_verdict_is_reused_only_for_the_program_as_handed_in(tmp_path):
+    """Two programs with one key (the same canonical programs) but other source locations: a
+    verdict with a failed check may quote them (the op table's source line), so each program
+    gets its own; a verdict that passed every check quotes figures only, and is shared."""
+    store = VerdictStore(tmp_path)
+    failed = [{"name": "numerics", "passed": True, "message": "ok"},
+              {"name": "structure", "passed": False,
+               "message": "stablehlo.map is not part of this course's programs (at adam.py "
+                          "line 12)"}]
+    store.put("cd" * 32, failed, "adam's text")
+    assert store.get("cd" * 32, "adam's text") == failed
+    assert store.get("cd" * 32, "alice's text") is None
+    passed = [{"name": "numerics", "passed": True, "message": "ok"}]
+    store.put("ef" * 32, passed, "adam's text")
+    assert store.get("ef" * 32, "alice's text") == passed
+
+
+def test_the_key_holds_the_assignments_grader_and_course_files(monkeypatch):
+    """A verdict kept from an earlier run is found again only while the grader's code and the
+    problem's assignment's course files are the same (autograder/core/identity.py)."""
+    from types import SimpleNamespace
+
+    from autograder.core import identity
+
+    plan = SimpleNamespace(problem=registry.get("roll_diff"), seed=1, quick=True,
+                           with_big=False, platform="cpu")
+    before = function_key(plan, [], {"speed": False})
+    asked = []
+
+    def changed(assignment, root=identity.PACKAGE):
+        asked.append(assignment)
+        return "another course"
+
+    monkeypatch.setattr(identity, "assignment_hash", changed)
+    assert function_key(plan, [], {"speed": False}) != before
+    assert asked == ["ps1_sharding"]
+
+
+def test_a_classmate_graded_after_a_renamed_ring_keeps_full_marks(tmp_path):
+    """The poisoning sequence: adam hands in the reference ring with its ppermute called
+    through a primitive named "shift" (the same programs once locations are stripped: the same
+    key), alice the ring with jax.lax.ppermute, graded after him. adam's verdict is judged by
+    what his program does, so alice's reused verdict is the one she would get alone: full
+    marks. (One mesh, one case, no speed: the reuse is the point.)"""
+    import dataclasses
+    import importlib.util
+
+    from autograder.supervisor import local
+
+    path = ROOT / "tests" / "fixtures" / "attacks" / "named_shift_ring.py"
+    spec = importlib.util.spec_from_file_location("adam_ring", path)
+    adam = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(adam)
+    src = path.read_text()
+    call = 'shift_p.bind(a_held, axis_name=("Y",), perm=to_left)'
+    assert call in src
+    alice = _functions(src.replace(call, 'jax.lax.ppermute(a_held, "Y", perm=to_left)'))
+    problem = dataclasses.replace(registry.get("matmul_allgather"), layouts=((2, 4),))
+
+    def plan():
+        return grading.plan_for(problem, seed=5, quick=True, with_speed=False)
+
+    def key(fn):
+        reqs = plan().all_requests()
+        replies = LocalExporter.of(problem.name, fn).export(reqs, 60)
+        return function_key(plan(), [(r, artifact_digest(load_artifact(replies[r.id], r)))
+                                     for r in reqs], options={"speed": False})
+
+    assert key(adam.matmul_allgather) == key(alice["matmul_allgather"])  # the premise
+    store = VerdictStore(tmp_path)
+    first = local.grade_function(problem, adam.matmul_allgather, plan=plan(), with_speed=False,
+                                 store=store)
+    after = local.grade_function(problem, alice["matmul_allgather"], plan=plan(),
+                                 with_speed=False, store=store)
+    assert not first.reused and after.reused
+    assert all(c.passed for c in after.checks), [c.message for c in after.checks]
+    assert after.score == after.max_score
 
 
 @pytest.fixture(scope="module")

@@ -334,14 +334,15 @@ def test_the_model_counts_at_least_xlas_flops(name, path, load):
 
 def test_what_xla_adds_outside_the_manual_region_is_read_and_what_the_program_wrote_is_not():
     """A shard_map taking A with in_specs P('X', None) has XLA gather it over Y at the boundary
-    (named after the shard_map); the collectives the body writes keep their own names, in a
-    loop and a branch too, and are not counted twice."""
+    (its name, the argument's, is no evidence either way); the collectives the body writes, in
+    a loop and a branch too, are the written program's, and are not counted twice."""
     import jax
     import jax.numpy as jnp
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
     from autograder.core.meshes import make_mesh
+    from autograder.core.stablehlo import program_from_mlir
     from autograder.course.added import added_collectives
 
     mesh = make_mesh(2, 4)
@@ -362,7 +363,9 @@ def test_what_xla_adds_outside_the_manual_region_is_read_and_what_the_program_wr
                              out_specs=P("X", "Y"))(ppermute)
 
     def added(fn):
-        return added_collectives(jax.jit(fn).lower(a).compile().as_text(), (2, 4), ("X", "Y"))
+        lowered = jax.jit(fn).lower(a)
+        written = program_from_mlir(lowered.as_text(), (2, 4), ("X", "Y")).ops
+        return added_collectives(lowered.compile().as_text(), (2, 4), ("X", "Y"), written)
 
     assert added(written) == []
     gathers = added(boundary)

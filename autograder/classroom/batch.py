@@ -10,9 +10,9 @@ Every submission is graded in its own isolated worker process (:mod:`autograder.
 cluster (:mod:`autograder.classroom.cluster`; the same isolation on the worker). Results go to
 
 * ``reports/<student>/<assignment>.json``: one submission's full report plus a fingerprint of
-  the file, the grader's own files and the grading options, signed with a key kept beside the
-  reports (a later run reuses only a report whose signature and fingerprint check out: the batch
-  is resumable; ``--force`` grades again);
+  the file, the grader's code, the assignment's own course files and the grading options,
+  signed with a key kept beside the reports (a later run reuses only a report whose signature
+  and fingerprint check out: the batch is resumable; ``--force`` grades again);
 * ``reports/<student>.json``: the student's report, all assignments;
 * the CSV (``--out``): student, assignment, one column per graded function, total, max.
 
@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..core.files import replaced
-from ..core.identity import GRADER_VERSION, grader_hash
+from ..core.identity import GRADER_VERSION, assignment_hash
 from ..core.results import REGRADE, shown
 from ..supervisor.handin import FolderRefused, own_files, read_capped, regular
 from .class_report import totals
@@ -166,15 +166,19 @@ def _refuse_clashes(items: list[Item]) -> list[Item]:
 
 def fingerprint(item: Item, opts) -> str:
     """What a report was made from: the hand-in's bytes (and its own folder's regular files),
-    the grader and the options. Reads regular files only, capped, without following links."""
+    the grader's code and its assignment's course files
+    (:func:`~autograder.core.identity.assignment_hash`: a change to another assignment's
+    limits, rules or references regrades nothing here) and the options. Reads regular files only, capped, without following
+    links."""
     h = hashlib.sha256()
     h.update(read_capped(item.path))
     if item.own_folder:  # helper files beside the notebook are graded with it
         for p in own_files(item.path.parent, limits=opts.limits):
             h.update(str(p.relative_to(item.path.parent)).encode())
             h.update(read_capped(p))
-    h.update(json.dumps([GRADER_VERSION, grader_hash(), item.assignment, opts.quick, opts.seed,
-                         opts.with_speed, opts.isolation, opts.only], sort_keys=True).encode())
+    h.update(json.dumps([GRADER_VERSION, assignment_hash(item.assignment), item.assignment,
+                         opts.quick, opts.seed, opts.with_speed, opts.isolation, opts.only],
+                        sort_keys=True).encode())
     return h.hexdigest()
 
 

@@ -101,7 +101,7 @@ class GradeTask:
     own_folder: bool
     #: the run's :meth:`Options.to_dict` (assignment and folder come from this task)
     options: dict
-    #: :func:`autograder.classroom.batch.grader_hash` of the client: a worker with another grader refuses
+    #: :func:`autograder.core.identity.grader_hash` of the client: a worker with another grader refuses
     grader: str = ""
     #: grade with the worker machine's own class-wide cache (the client used its default one)
     worker_cache: bool = True

@@ -46,7 +46,7 @@ from ..core.results import CheckResult, FunctionResult, failed, skipped
 from ..course import checks
 from .artifacts import Artifact, ArtifactError, load_artifact
 from .bigcases import BigCase, BigCaseStore, big_case
-from .reuse import VerdictStore, artifact_digest, function_key
+from .reuse import VerdictStore, artifact_digest, function_key, located_digest
 from .timing import phase
 
 # Bound before any student code can run in this process; later patches of the time module do
@@ -451,17 +451,19 @@ class Programs:
             raise got
         return got
 
-    def key(self, *, with_speed: bool) -> Optional[str]:
-        """The key of this function's verdict (:mod:`autograder.judge.reuse`); None unless every
-        program arrived intact."""
-        digests = []
+    def key(self, *, with_speed: bool) -> Optional[tuple[str, str]]:
+        """``(key, located digest)`` of this function's verdict (:mod:`autograder.judge.reuse`);
+        None unless every program arrived intact."""
+        digests, artifacts = [], []
         with phase("program digests"):
             for req in self.plan.all_requests():
                 try:
-                    digests.append((req, artifact_digest(self._artifact(req))))
+                    artifacts.append(self._artifact(req))
+                    digests.append((req, artifact_digest(artifacts[-1])))
                 except Exception:  # noqa: BLE001 - an export error, a broken artifact
                     return None
-        return function_key(self.plan, digests, options={"speed": with_speed})
+        return (function_key(self.plan, digests, options={"speed": with_speed}),
+                located_digest(artifacts))
 
     # -- compiles --------------------------------------------------------------------------
     def _once(self, key, make):
@@ -859,7 +861,7 @@ def grade_function(problem: Problem, source, *, seed: int | None = None, quick: 
                                       on_reply=programs.arrived if store is None else None)
         programs.replies.update(replies)
         key = programs.key(with_speed=with_speed) if store is not None else None
-        earlier = store.get(key) if key else None
+        earlier = store.get(*key) if key else None
         if earlier is not None:
             try:
                 res.checks = [CheckResult.from_dict(c) for c in earlier]
@@ -872,7 +874,7 @@ def grade_function(problem: Problem, source, *, seed: int | None = None, quick: 
         _grade(programs, res, with_speed=with_speed, modeler=modeler)
     # A verdict that hit a time limit may owe it to a busy machine: never handed on.
     if key and not any("timed out" in c.message for c in res.checks):
-        store.put(key, [c.to_dict() for c in res.checks])
+        store.put(key[0], [c.to_dict() for c in res.checks], key[1])
     return res
 
 

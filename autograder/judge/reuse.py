@@ -8,12 +8,24 @@ inputs. :class:`VerdictStore` keeps each verdict under a key made of
 * every artifact of the function in its canonical form (:func:`canonical`: the StableHLO with
   source locations stripped and function names numbered in order of appearance), together with
   the request it answers and the shardings the artifact declares;
-* the run's secret seed and options (quick, speed, platform), the problem's name, this grader's
-  own files (:func:`autograder.classroom.batch.grader_hash`) and the JAX version.
+* the run's secret seed and options (quick, speed, platform), the problem's name, the JAX
+  version, and what the verdict is judged with: the grader's code and the course files of the
+  problem's assignment (:func:`autograder.core.identity.assignment_hash`), so a verdict kept
+  from an earlier run is found again only while neither has changed (a ps3 limit changed:
+  ps3's verdicts are judged again, ps1's still found).
 
-So a verdict is reused only for the same program, graded by the same grader, on the same
-inputs. The store lives in the trusted side's class-wide cache (``verdicts/``), which student
-code never sees; only a function graded to the end in this process is stored, and a function
+A verdict is reused only where everything it was judged from is in its key. What the key
+strips (source locations, helper names) decides no check's outcome: the structure rules read
+what the program does, and which compiled collectives the student wrote is decided by the
+written program's collectives, never by an ``op_name`` (:mod:`autograder.course.added`). It
+can still show in a failed check's message (the source line the op table names, the loop the
+model could not price), so each verdict is kept with :func:`located_digest`, the programs'
+text as handed in, locations included; a verdict with a failed check is reused only for the
+same located text, one whose checks all passed (messages that quote figures, never the
+program's names) for any program with its key.
+
+The store lives in the trusted side's class-wide cache (``verdicts/``), which student code
+never sees; only a function graded to the end in this process is stored, and a function
 whose programs did not all arrive intact is never looked up.
 """
 from __future__ import annotations
@@ -57,16 +69,27 @@ def artifact_digest(artifact) -> str:
     return h.hexdigest()
 
 
+def located_digest(artifacts) -> str:
+    """A digest of ``artifacts``' StableHLO as handed in, source locations and names included:
+    what a failed check's message may quote beyond the key (see the module doc)."""
+    h = hashlib.sha256()
+    for art in artifacts:
+        h.update(art.text.encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
 def function_key(plan, digests: list[tuple], options: Optional[dict] = None) -> str:
     """The key of a function's verdict: ``digests`` is ``[(request, digest)]`` for every
     request of ``plan`` (an :class:`~autograder.judge.grading.Plan`); ``options``: anything else
     the verdict depends on (whether speed is checked)."""
     import jax
 
-    from ..core.identity import grader_hash
+    from ..core.identity import GRADER_VERSION, assignment_hash
 
     body = {
-        "grader": grader_hash(), "jax": jax.__version__, "problem": plan.problem.name,
+        "grader": [GRADER_VERSION, assignment_hash(plan.problem.assignment)],
+        "jax": jax.__version__, "problem": plan.problem.name,
         "seed": plan.seed, "quick": plan.quick, "big": plan.with_big, "platform": plan.platform,
         "options": options or {},
         "programs": [[{k: v for k, v in req.to_dict().items() if k != "id"}, digest]
@@ -76,7 +99,8 @@ def function_key(plan, digests: list[tuple], options: Optional[dict] = None) -> 
 
 
 class VerdictStore:
-    """Verdicts (lists of check dicts) by :func:`function_key`, one small file each."""
+    """Verdicts (lists of check dicts) by :func:`function_key`, one small file each, kept with
+    the :func:`located_digest` of the programs they were judged on."""
 
     def __init__(self, root: Optional[Path]):
         self.root = Path(root) if root else None
@@ -84,7 +108,10 @@ class VerdictStore:
     def _path(self, key: str) -> Path:
         return self.root / key[:2] / f"{key}.json"
 
-    def get(self, key: str) -> Optional[list[dict]]:
+    def get(self, key: str, located: str) -> Optional[list[dict]]:
+        """The verdict kept under ``key``, if it may be reused for programs whose located
+        digest is ``located``: the same programs as handed in, or a verdict whose checks all
+        passed (see the module doc)."""
         if self.root is None:
             return None
         try:
@@ -92,10 +119,15 @@ class VerdictStore:
         except (OSError, ValueError):
             return None
         checks = doc.get("checks") if isinstance(doc, dict) else None
-        return checks if isinstance(checks, list) else None
+        if not isinstance(checks, list) or not all(isinstance(c, dict) for c in checks):
+            return None
+        if doc.get("located") != located and not all(c.get("passed") is True for c in checks):
+            return None
+        return checks
 
-    def put(self, key: str, checks: list[dict]) -> None:
+    def put(self, key: str, checks: list[dict], located: str) -> None:
         if self.root is None:
             return
         with replaced(self._path(key)) as tmp:
-            tmp.write_text(json.dumps({"checks": checks}), encoding="utf-8")
+            tmp.write_text(json.dumps({"checks": checks, "located": located}),
+                           encoding="utf-8")

@@ -1,0 +1,136 @@
+"""Which compiled collectives the student wrote and which XLA added (autograder/course/added.py)
+is decided by what the written program holds, never by an op_name the student can choose.
+
+The attacks: the reference ring with its ppermute called through a primitive named "shift"
+(honest in what it does; its compiled collective-permutes are named "shift") was failed as
+"XLA adds 3 collectives"; a primitive named "ppermute" whose lowering asks GSPMD for a blocking
+all-gather passed, its all-gather named "ppermute". Both are now judged by what they do. The
+rest pins the rule on hand-written modules: merged and split collectives are the student's, a
+collective the written program does not hold, or holds only where it never ran or outside a
+manual region, is XLA's.
+"""
+import importlib.util
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from autograder.core.program import Op
+from autograder.course.added import added_collectives
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "attacks"
+
+
+def _structure(fixture: str):
+    """(structure results, compiled text) of ``fixture``'s matmul_allgather at mesh 2x4, read
+    and judged as the grader reads the program (in-process: one small case, one mesh)."""
+    import jax
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from autograder.core.meshes import make_mesh
+    from autograder.course import registry
+    from autograder.course.reading import export_for_reading, read_paths
+
+    spec = importlib.util.spec_from_file_location(f"prov_{fixture}", FIXTURES / f"{fixture}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    mesh = make_mesh(2, 4)
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((8, 16)).astype(np.float32)
+    w = rng.standard_normal((16, 8)).astype(np.float32)
+    placed = [jax.device_put(a, NamedSharding(mesh, P("X", "Y"))),
+              jax.device_put(w, NamedSharding(mesh, P(None, "Y")))]
+
+    def fn(x, y):
+        return mod.matmul_allgather(x, y, mesh)
+
+    compiled = jax.jit(fn).lower(*placed).compile()
+    np.testing.assert_allclose(np.asarray(compiled(*placed)), a @ w, rtol=1e-4, atol=1e-4)
+    exported, dynamic = export_for_reading(fn, placed)
+    paths = read_paths(exported, mesh, compiled.as_text(), dynamic, (a, w))
+    problem = registry.get("matmul_allgather")
+    return [r for _, r in paths.judge(problem.rules, mesh, problem)], compiled.as_text()
+
+
+def _op_names(text: str, opcode: str) -> list[str]:
+    return re.findall(rf' {opcode}\(.*op_name="([^"]*)"', text)
+
+
+def test_a_ring_sent_through_a_primitive_named_shift_is_the_students():
+    results, text = _structure("named_shift_ring")
+    names = _op_names(text, "collective-permute")
+    assert names and all(n.endswith("/shift") for n in names), names  # the attack's premise
+    assert all(r.passed for r in results), [r.message for r in results]
+
+
+def test_a_gather_asked_for_by_a_primitive_named_ppermute_is_xlas():
+    results, text = _structure("named_ppermute_gather")
+    names = _op_names(text, "all-gather")
+    assert names and all(n.endswith("/ppermute") for n in names), names  # the attack's premise
+    failed = [r for r in results if not r.passed]
+    assert failed and "XLA adds 1 collective(s)" in failed[0].message, failed
+    assert "all-gather added by XLA" in failed[0].message
+    assert "ppermute)" not in failed[0].message  # the student's name is not quoted
+
+
+# ----------------------------------------------------------------- the rule on written modules
+MODULE = '''HloModule m
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+
+ENTRY %main (p: f32[4,2], q: f32[2,4]) -> (f32[4,8], f32[2,4], f32[2,4]) {
+  %p = f32[4,2]{1,0} parameter(0)
+  %q = f32[2,4]{1,0} parameter(1)
+  %ag = f32[4,8]{1,0} all-gather(%p), channel_id=1, replica_groups={{0,1,2,3},{4,5,6,7}}, \
+dimensions={1}, use_global_device_ids=true, metadata={op_name="jit(f)/shard_map/all_gather"}
+  %ar = (f32[2,4]{1,0}, f32[2,4]{1,0}) all-reduce(%q, %q), channel_id=2, \
+replica_groups={{0,1,2,3},{4,5,6,7}}, use_global_device_ids=true, to_apply=%add, \
+metadata={op_name="jit(f)/shard_map/psum"}
+  %a0 = f32[2,4]{1,0} get-tuple-element(%ar), index=0
+  %a1 = f32[2,4]{1,0} get-tuple-element(%ar), index=1
+  ROOT %t = (f32[4,8]{1,0}, f32[2,4]{1,0}, f32[2,4]{1,0}) tuple(%ag, %a0, %a1)
+}
+'''
+
+
+def _op(kind: str, nbytes: int, index: int, *, count=1, manual=True, axes=("Y",)) -> Op:
+    return Op(prim=kind, kind=kind, axes=axes, in_shapes=((nbytes // 4,),), out_shapes=(),
+              in_bytes=nbytes, out_bytes=nbytes, count=count, loop_depth=0,
+              in_shard_map=manual, index=index)
+
+
+#: the two tiles' reductions the combiner merged into one all-reduce (a psum and a pmax)
+TILES = [_op("psum", 32, 1), _op("pmax", 32, 2)]
+
+
+def _added(written, ran_elsewhere=frozenset()):
+    return [(o.kind, o.axes, o.in_bytes)
+            for o in added_collectives(MODULE, (2, 4), ("X", "Y"), written, ran_elsewhere)]
+
+
+@pytest.mark.parametrize("written, ran_elsewhere, added", [
+    # the program wrote the gather over Y, and the two tiles XLA merged into one all-reduce
+    (TILES + [_op("all_gather", 32, 0)], frozenset(), []),
+    # no gather written, whatever its op_name says: XLA's
+    (TILES, frozenset(), [("all_gather", ("Y",), 32)]),
+    # a gather written only in a branch that never ran (which XLA may fold away) stands for
+    # nothing; one that ran on other devices does
+    (TILES + [_op("all_gather", 32, 0, count=0)], frozenset(), [("all_gather", ("Y",), 32)]),
+    (TILES + [_op("all_gather", 32, 0, count=0)], frozenset({0}), []),
+    # written outside a manual region (GSPMD rewrites it), or over another axis: XLA's
+    (TILES + [_op("all_gather", 32, 0, manual=False)], frozenset(), [("all_gather", ("Y",), 32)]),
+    (TILES + [_op("all_gather", 32, 0, axes=("X",))], frozenset(), [("all_gather", ("Y",), 32)]),
+    # one tile written: the merged all-reduce moves twice its bytes, so it is not all the
+    # student's
+    (TILES[:1] + [_op("all_gather", 32, 0)], frozenset(), [("psum", ("Y",), 64)]),
+    # one written collective with room for both operands: an all-to-all XLA split in two
+    ([_op("psum", 64, 1), _op("all_gather", 32, 0)], frozenset(), []),
+])
+def test_compiled_collectives_are_claimed_by_what_was_written(written, ran_elsewhere, added):
+    assert _added(written, ran_elsewhere) == added
