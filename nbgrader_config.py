@@ -41,6 +41,8 @@ configure(c)
 c.GradeInSandbox.function_timeout = 150   # seconds per graded function
 c.GradeInSandbox.load_timeout = 120       # seconds to load one hand-in
 c.GradeInSandbox.cell_timeout = 150       # seconds per cell when the notebook runs for feedback
+#                                         (up to its last graded cell; a cell past it ends that
+#                                         run, and the student's feedback says so)
 # `nbgrader validate` still executes the instructor's own notebooks in a kernel.
 c.Execute.timeout = 900
 c.Execute.allow_errors = True

@@ -85,6 +85,10 @@ def _hand_in(sub, nb) -> None:
     (sub / "timestamp.txt").write_text("2026-11-21 12:00:00.000000 UTC")
 
 
+def _cell_texts(cell) -> str:
+    return "".join(o.get("text", "") for o in cell.get("outputs", []))
+
+
 ATTACK_CELL = '''\
 import sys, types
 fake = types.ModuleType("autograder.classroom.cells")
@@ -97,21 +101,69 @@ print("grader replaced in this kernel")
 '''
 
 
-def test_autograde_ignores_what_the_kernel_says(tmp_path, monkeypatch):
-    """Through ``nbgrader autograde`` itself: a student cell that replaces the grader in its
-    kernel (so a hidden cell run there would print full marks), with every answer left
-    unsolved, still scores zero; the student's cell did run (in the sandbox)."""
-    import nbformat
+ENDLESS_CELL = "import time\nwhile True:  # never ends\n    time.sleep(0.1)"
 
-    demo, api, course, sub = _course_with_student(tmp_path, monkeypatch, "mallory")
+
+def test_autograde_ignores_what_the_kernel_says_and_says_what_happened(tmp_path, monkeypatch):
+    """Through the ``nbgrader autograde`` command itself, on a class of two:
+
+    * mallory's cell replaces the grader in her kernel (so a hidden cell run there would print
+      full marks), with every answer left unsolved: she still scores zero; her cell did run (in
+      the sandbox); her next cell never ends: the run for the feedback stops there at the cell
+      limit, and her feedback says so;
+    * rex's roll_diff (the reference) meets a bug of the grader's: it is left ungraded in the
+      gradebook (never his zero), nbgrader keeps no autograded copy of his hand-in, and the
+      command exits 1;
+    * the command ends with one summary block that says all this, where the grader's log is,
+      and no SQLAlchemy warning."""
+    import shutil
+
+    import nbformat
+    from nbgrader.api import Gradebook
+    from test_honest import FAULTY_GRADER, _in_every_judge
+
+    from autograder.classroom.nbgrader_plugin import LOGS
+
+    demo, api, course, sub = _course_with_student(
+        tmp_path, monkeypatch, "mallory", "c.GradeInSandbox.cell_timeout = 5\n"
+        "c.GradeInSandbox.quick = True\nc.GradeInSandbox.with_speed = False\n")
     nb = nbformat.read(sub / "ps1_sharding.ipynb", as_version=4)
     nb.cells.insert(1, nbformat.v4.new_code_cell(ATTACK_CELL))
+    nb.cells.insert(2, nbformat.v4.new_code_cell(ENDLESS_CELL))
     _hand_in(sub, nb)
-    demo.check(api.autograde("ps1_sharding", "mallory"), "autograde")
+    rex = course / "submitted" / "rex" / "ps1_sharding"
+    shutil.copytree(course / "release" / "ps1_sharding", rex)
+    source = nbformat.read(course / "source" / "ps1_sharding" / "ps1_sharding.ipynb", 4)
+    nb = nbformat.read(rex / "ps1_sharding.ipynb", as_version=4)
+    for c in nb.cells:
+        if c.metadata.get("nbgrader", {}).get("grade_id") == "solution_roll_diff":
+            c.source = demo.solution_cells(source)["solution_roll_diff"]
+    _hand_in(rex, nb)
+    _in_every_judge(FAULTY_GRADER, tmp_path, monkeypatch)
+    monkeypatch.setenv("AUTOGRADER_TEST_FAULT", "roll_diff")
+    monkeypatch.setenv("JAX_NUM_CPU_DEVICES", "8")
+    p = subprocess.run([str(Path(sys.executable).parent / "nbgrader"), "autograde",
+                        "ps1_sharding", "--create"], cwd=course, capture_output=True, text=True,
+                       timeout=900)
+    assert p.returncode == 1, p.stderr[-3000:]
+    block = p.stderr[p.stderr.index("course grader: "):]
+    assert block.startswith("course grader: 2 hand-in(s) in this run: 1 graded, 0 refused, "
+                            "1 need a regrade"), block
+    log = course / LOGS / "rex-ps1_sharding.grader.log"
+    assert f"needs regrade: rex/ps1_sharding: roll_diff (the grader failed, not the student); "\
+           f"the grader's log: {log}" in block, block
+    assert "injected bug" in log.read_text()
+    assert "cell stopped: mallory/ps1_sharding: cell 3 ran past 5 s" in block, block
+    assert "SAWarning" not in p.stderr
     assert demo.scores(course, "mallory", ["ps1_sharding"])["ps1_sharding"] == (0, 10)
     graded = nbformat.read(course / "autograded" / "mallory" / "ps1_sharding" /
                            "ps1_sharding.ipynb", as_version=4)
     assert any("grader replaced" in o.get("text", "") for o in graded.cells[1].outputs)
+    assert "this cell was stopped after 5 s" in _cell_texts(graded.cells[2])
+    assert not (course / "autograded" / "rex" / "ps1_sharding").exists()
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        g = gb.find_grade("grade_roll_diff", "ps1_sharding", "ps1_sharding", "rex")
+        assert g.auto_score is None and g.needs_manual_grade
 
 
 def test_autograde_stopped_mid_run_leaves_no_process_behind(tmp_path, monkeypatch):
@@ -306,3 +358,80 @@ def test_the_notebook_is_data_never_a_witness(tmp_path, monkeypatch):
     assert "planted" not in json.dumps(again.metadata)
     assert sum("was removed from the notebook" in json.dumps(c.get("outputs", []))
                for c in again.cells) == 3
+
+
+def test_the_feedback_says_which_cell_the_cell_limit_stopped():
+    """The run for the feedback stopped at a cell (nbgrader's cell_timeout): that cell says so,
+    with the limit; the cells below it keep the outputs they were handed in with; a hidden cell
+    is left to the grader. Without a stop, the first code cell after the last graded cell says
+    it was not run."""
+    import nbformat
+
+    from autograder.classroom.nbgrader_plugin import fill_student_cells
+
+    def notebook(ran: bool):
+        nb = nbformat.v4.new_notebook()
+        for i in range(5):
+            c = nbformat.v4.new_code_cell(f"x = {i}")
+            c.outputs = [nbformat.v4.new_output("stream", name="stdout",
+                                                text=("ran " if ran else "handed in ") + str(i))]
+            nb.cells.append(c)
+        nb.cells[3].metadata["nbgrader"] = {"grade": True, "grade_id": "grade_roll_diff"}
+        return nb
+
+    nb = notebook(False)
+    fill_student_cells(nb, notebook(True), {3: "roll_diff"}, until=4, stopped=1,
+                       cell_timeout=7)
+    texts = [_cell_texts(c) for c in nb.cells]
+    assert texts[0] == "ran 0"
+    assert texts[1].startswith("ran 1") and "stopped after 7 s" in texts[1], texts[1]
+    assert texts[2] == "handed in 2" and texts[3] == "handed in 3" and texts[4] == "handed in 4"
+    nb = notebook(False)
+    fill_student_cells(nb, notebook(True), {3: "roll_diff"}, until=4, stopped=None,
+                       cell_timeout=7)
+    texts = [_cell_texts(c) for c in nb.cells]
+    assert texts[:3] == ["ran 0", "ran 1", "ran 2"] and texts[3] == "handed in 3"
+    assert "were not run for this feedback" in texts[4] and texts[4].endswith("handed in 4")
+
+
+def test_the_run_for_the_feedback_stops_at_a_cell_past_its_limit(tmp_path, monkeypatch):
+    """The worker's run for the feedback (a real kernel, no grading): a cell that never ends is
+    stopped at the cell limit and named in the record; the cells below it and those from
+    ``until`` on are not run."""
+    import nbformat
+
+    from autograder.core.records import ExecutedNotebook, parse
+    from autograder.worker.process import execute_notebook
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(s) for s in (
+        "print('first')", "import time\nwhile True:\n    time.sleep(0.1)", "print('below')")]
+    folder = tmp_path / "hand-in"
+    folder.mkdir()
+    nbformat.write(nb, folder / "nb.ipynb")
+    rec = parse(execute_notebook(folder / "nb.ipynb", 3).to_line(), allowed=(ExecutedNotebook,))
+    out = nbformat.reads(rec.text, as_version=4)
+    assert rec.stopped_cell == 1
+    assert "first" in _cell_texts(out.cells[0]) and not out.cells[2].outputs
+    rec = execute_notebook(folder / "nb.ipynb", 3, until=1)
+    out = nbformat.reads(rec.text, as_version=4)
+    assert rec.stopped_cell is None and len(out.cells) == 3
+    assert "first" in _cell_texts(out.cells[0]) and out.cells[1].execution_count is None
+
+
+def test_the_summary_says_what_happened_in_one_block():
+    from autograder.classroom.nbgrader_plugin import AutogradeOutcome as O
+    from autograder.classroom.nbgrader_plugin import summary
+
+    text = summary([O("ann", "ps1"), O("bob", "ps1", regrade=("roll_diff",), log=Path("/b.log")),
+                    O("cy", "ps1", refused="too many files"), O("dee", "ps1", stopped_cell=4),
+                    O("eve", "ps1", error="RuntimeError: boom")], 150)
+    first, *rest = text.splitlines()
+    assert first.endswith("5 hand-in(s) in this run: 2 graded, 1 refused, 2 need a regrade, "
+                          "1 with a cell stopped by cell_timeout (150 s)"), first
+    assert "needs regrade: bob/ps1: roll_diff" in text and "the grader's log: /b.log" in text
+    assert "refused: cy/ps1: too many files" in text and "cell stopped: dee/ps1: cell 4" in text
+    assert "needs regrade: eve/ps1: not graded (RuntimeError: boom)" in text
+    assert rest[-1].startswith("  exit 1: run the same command again")
+    assert "exit 1" not in summary([O("ann", "ps1")], 150)

@@ -50,17 +50,22 @@ def cell_of(function: str) -> str:
 NBGRADER_AUTOFLUSH = r"Object of type <Submitted\w+> not in session"
 
 
+def ignore_nbgrader_autoflush() -> None:
+    """Ignore that one warning, raised from nbgrader's own ``api`` module, and nothing else
+    (in the warnings filters in force: this process's, or a ``catch_warnings`` block's)."""
+    try:
+        from sqlalchemy.exc import SAWarning
+    except ImportError:  # pragma: no cover - nbgrader brings SQLAlchemy
+        return
+    warnings.filterwarnings("ignore", message=NBGRADER_AUTOFLUSH, category=SAWarning,
+                            module=r"nbgrader\.api")
+
+
 @contextmanager
-def _quiet_nbgrader():
-    """Silence that one warning, raised from nbgrader's own ``api`` module, and nothing else."""
+def quiet_nbgrader():
+    """Silence that one warning in this block (our own calls of nbgrader's API)."""
     with warnings.catch_warnings():
-        try:
-            from sqlalchemy.exc import SAWarning
-        except ImportError:  # pragma: no cover - nbgrader brings SQLAlchemy
-            yield
-            return
-        warnings.filterwarnings("ignore", message=NBGRADER_AUTOFLUSH, category=SAWarning,
-                                module=r"nbgrader\.api")
+        ignore_nbgrader_autoflush()
         yield
 
 
@@ -75,7 +80,7 @@ def publish(reports: Iterable[dict], target: str, source: Path = ROOT / "source"
 
     reports = [r for r in reports if r.get("assignment")]
     written = 0
-    with _quiet_nbgrader(), Gradebook(db_url(target)) as gb:
+    with quiet_nbgrader(), Gradebook(db_url(target)) as gb:
         for asg in sorted({r["assignment"] for r in reports}):
             registry.problems(asg)  # an unknown assignment fails before anything is written
             gb.update_or_create_assignment(asg)

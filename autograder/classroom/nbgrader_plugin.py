@@ -5,9 +5,10 @@ machine and reads each hidden test cell's points from what that kernel printed, 
 cell that runs first can change them. :class:`GradeInSandbox` takes the place of nbgrader's
 ``Execute`` step in ``Autograde.autograde_preprocessors`` (:func:`configure` swaps it in):
 
-1. the student's cells run only inside the sandbox (:mod:`autograder.isolation`), in a copy of
-   the student's folder, with the hidden cells blanked; their outputs are copied into the
-   notebook for the feedback, and nothing they print is read for a grade;
+1. the student's cells, up to the last hidden cell, run only inside the sandbox
+   (:mod:`autograder.isolation`), in a copy of the student's folder, with the hidden cells
+   blanked; their outputs are copied into the notebook for the feedback, and nothing they
+   print is read for a grade;
 2. the graded functions are graded like ``python -m autograder grade`` does it (programs
    exported in the sandbox, verdicts in a trusted process);
 3. every hidden cell's outputs (the report and the points) are written here, by the trusted
@@ -19,13 +20,22 @@ The notebook is data, never a witness: whatever ``autograder_*`` metadata a hand
 assignment is graded whether or not its hidden cell is still there, and a hidden cell the
 student removed is put back (:func:`restore_hidden_cells`) with its function's grade and a line
 saying so, as ``grade-all`` grades it: the two paths give one grade. What :class:`MarkRegrades`
-reads comes from this process (nbgrader's ``resources``), never from the notebook.
+and :class:`FailOnRegrade` read comes from this process (nbgrader's ``resources``), never from
+the notebook.
+
+``nbgrader autograde`` then says what happened: a hand-in with a function the grader failed on
+fails nbgrader's step for it (:class:`FailOnRegrade`: exit status 1, graded again by the next
+run), the judge's log of such a hand-in is kept under ``.autograder/logs/``, a cell stopped by
+``cell_timeout`` is named in that student's feedback, and the command ends with one summary
+block on stderr (:func:`summary`).
 """
 from __future__ import annotations
 
 import re
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import nbformat
 from nbgrader import utils
@@ -40,8 +50,8 @@ _MAX_NOTEBOOK = 32 << 20
 
 def configure(c) -> None:
     """Use :class:`GradeInSandbox` instead of nbgrader's Execute when autograding,
-    :class:`MarkRegrades` right after nbgrader saves the scores, and
-    :class:`OverwriteReleasedCells` for the OverwriteCells of nbgrader's sanitizing steps."""
+    :class:`MarkRegrades` right after nbgrader saves the scores, :class:`FailOnRegrade` last,
+    and :class:`OverwriteReleasedCells` for the OverwriteCells of nbgrader's sanitizing steps."""
     from nbgrader.converters.autograde import Autograde
     from nbgrader.preprocessors import SaveAutoGrades
 
@@ -56,9 +66,14 @@ def configure(c) -> None:
         out.append(GradeInSandbox if s is Execute else s)
         if s is SaveAutoGrades:
             out.append(MarkRegrades)
-    c.Autograde.autograde_preprocessors = out
+    c.Autograde.autograde_preprocessors = out + [FailOnRegrade]
     c.Autograde.sanitize_preprocessors = [OverwriteReleasedCells if s is OverwriteCells else s
                                           for s in sanitize]
+    # nbgrader's own update_or_create_submission (every hand-in it autogrades) makes SQLAlchemy
+    # warn about nbgrader's code: noise with nothing for the instructor to do (gradebook.py)
+    from .gradebook import ignore_nbgrader_autoflush
+
+    ignore_nbgrader_autoflush()
 
 
 def _released(source: str) -> str:
@@ -183,6 +198,148 @@ def wrap_report(report: str, width: int = FEEDBACK_WIDTH) -> str:
     return "\n".join(out)
 
 
+#: where ``nbgrader autograde`` keeps the judge's log of a hand-in that needs a regrade,
+#: relative to the course folder (beside the course's seed)
+LOGS = Path(".autograder") / "logs"
+
+#: what the feedback says in a cell that the cell limit stopped
+STOPPED = ("[grader] this cell was stopped after {s:g} s, the limit for one cell when the grader "
+           "runs your notebook for this feedback; the cells below it were not run and show the "
+           "outputs they were handed in with. Your grade does not depend on it: your graded "
+           "functions were graded apart, from your code. Make the cell finish sooner (a smaller "
+           "size, fewer steps) to see its output here.")
+#: what the feedback says in the first code cell after the last graded cell
+NOT_RUN = ("[grader] this cell and the ones below it were not run for this feedback (they come "
+           "after the last graded cell and decide nothing); they show the outputs they were "
+           "handed in with.")
+
+
+def _grader_line(text: str):
+    return nbformat.v4.new_output("stream", name="stderr", text=wrap_report(text) + "\n")
+
+
+def fill_student_cells(nb, executed, graded, *, until: Optional[int], stopped: Optional[int],
+                       cell_timeout: float) -> None:
+    """The student's code cells of ``nb`` get their outputs from ``executed`` (the run for the
+    feedback, which ran the cells before ``until`` and stopped at cell ``stopped`` if the cell
+    limit ended it); a cell that did not run keeps the outputs it was handed in with, the
+    stopped cell says so, and so does the first code cell after ``until``."""
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code" or i in graded:
+            continue
+        if (until is not None and i >= until) or (stopped is not None and i > stopped):
+            continue  # not run: as handed in
+        cell.outputs = executed.cells[i].get("outputs", [])
+        cell.execution_count = executed.cells[i].get("execution_count")
+    if stopped is not None:
+        nb.cells[stopped].outputs.append(_grader_line(STOPPED.format(s=cell_timeout)))
+    elif until is not None:
+        after = next((c for c in nb.cells[until:] if c.cell_type == "code" and c.source.strip()
+                      and not utils.is_grade(c)), None)
+        if after is not None:
+            after.outputs = [_grader_line(NOT_RUN)] + list(after.get("outputs", []))
+
+
+@dataclass
+class AutogradeOutcome:
+    """What ``nbgrader autograde`` did with one hand-in, for the end-of-run summary."""
+
+    student: str
+    assignment: str
+    #: the functions the grader failed on (the grader's fault: graded again next run)
+    regrade: tuple = ()
+    #: why the hand-in was refused before grading (its own fault), or ""
+    refused: str = ""
+    #: the grader's own error on the whole hand-in, or ""
+    error: str = ""
+    #: the notebook's cell (1-based) that the cell limit stopped in the run for the feedback
+    stopped_cell: Optional[int] = None
+    #: the judge's log kept for a hand-in that needs a regrade
+    log: Optional[Path] = None
+
+
+def summary(handins: list, cell_timeout: float) -> str:
+    """One short block: how many hand-ins were graded, refused, need a regrade, had a cell
+    stopped by the cell limit; each one that needs a look, and what to do."""
+    refused = [h for h in handins if h.refused]
+    failed = [h for h in handins if h.error and not h.refused]
+    regrade = [h for h in handins if h.regrade and not h.error and not h.refused]
+    stopped = [h for h in handins if h.stopped_cell is not None]
+    graded = len(handins) - len(refused) - len(failed) - len(regrade)
+    lines = [f"course grader: {len(handins)} hand-in(s) in this run: {graded} graded, "
+             f"{len(refused)} refused, {len(regrade) + len(failed)} need a regrade, "
+             f"{len(stopped)} with a cell stopped by cell_timeout ({cell_timeout:g} s)"]
+    for h in refused:
+        lines.append(f"  refused: {h.student}/{h.assignment}: {h.refused} (the hand-in's "
+                     "fault: fix it, then run the same command again)")
+    for h in regrade:
+        lines.append(f"  needs regrade: {h.student}/{h.assignment}: {', '.join(h.regrade)} "
+                     "(the grader failed, not the student)"
+                     + (f"; the grader's log: {h.log}" if h.log else ""))
+    for h in failed:
+        lines.append(f"  needs regrade: {h.student}/{h.assignment}: not graded ({h.error})")
+    for h in stopped:
+        lines.append(f"  cell stopped: {h.student}/{h.assignment}: cell {h.stopped_cell} ran "
+                     f"past {cell_timeout:g} s in the run for the feedback (its feedback says "
+                     "so; the grade does not depend on it)")
+    if refused or regrade or failed:
+        lines.append("  exit 1: run the same command again; it grades again the hand-ins above "
+                     "and skips the rest (--force grades every hand-in again)")
+    return "\n".join(lines)
+
+
+class _Run:
+    """The hand-ins of this process's ``nbgrader autograde``; the command line's run prints
+    their :func:`summary` to stderr when it ends (after nbgrader's own last lines)."""
+
+    def __init__(self):
+        import threading
+
+        self._lock = threading.Lock()
+        self._handins: list = []
+        self._timeout = 0.0
+        self._registered = False
+
+    def add(self, handin: AutogradeOutcome, step: "GradeInSandbox") -> None:
+        if not _command_line():  # nbgrader's API: its caller reads the warnings in the log
+            return
+        with self._lock:
+            self._handins.append(handin)
+            self._timeout = step.cell_timeout
+            if not self._registered:
+                import atexit
+
+                atexit.register(self.print_summary)
+                self._registered = True
+
+    def take(self) -> tuple:
+        """The hand-ins so far (and the cell limit), forgotten here."""
+        with self._lock:
+            out, self._handins = self._handins, []
+            return out, self._timeout
+
+    def print_summary(self) -> None:
+        import sys
+
+        handins, timeout = self.take()
+        if handins:
+            print("\n" + summary(handins, timeout), file=sys.stderr, flush=True)
+
+
+def _command_line() -> bool:
+    """Whether this process runs ``nbgrader autograde`` from the command line (not nbgrader's
+    Python API, whose caller reads the log, or formgrader)."""
+    try:
+        from nbgrader.apps import AutogradeApp
+    except ImportError:  # pragma: no cover
+        return False
+    return AutogradeApp.initialized()
+
+
+#: this process's autograde run
+RUN = _Run()
+
+
 def _points(value: float, report: str) -> list:
     report = wrap_report(report)
     return [nbformat.v4.new_output("stream", name="stdout", text=report + "\n"),
@@ -223,8 +380,10 @@ class GradeInSandbox(NbGraderPreprocessor):
                      "isolation (the feedback then says so).").tag(config=True)
     run_student_cells = Bool(True, help="Execute the student's cells (in the sandbox) so the "
                              "feedback shows their outputs.").tag(config=True)
-    cell_timeout = Integer(150, help="Seconds per student cell (the notebook run that fills "
-                           "the feedback; it is stopped when a function hangs while graded)."
+    cell_timeout = Integer(150, help="Seconds per student cell in the notebook run that fills "
+                           "the feedback (which runs the cells up to the last graded one, and "
+                           "is stopped when a function hangs while graded). A cell past it "
+                           "ends the run; its feedback says so and the summary counts it."
                            ).tag(config=True)
     notebook_timeout = Float(1200.0, help="Seconds for the whole notebook run.").tag(config=True)
     seed = Integer(None, allow_none=True, help="The secret seed every hand-in's inputs are "
@@ -253,6 +412,23 @@ class GradeInSandbox(NbGraderPreprocessor):
                        limits=limits)
 
     def preprocess(self, nb, resources):
+        info = resources.get("nbgrader", {})
+        handin = AutogradeOutcome(str(info.get("student", "")), str(info.get("assignment", "")))
+        try:
+            nb, resources = self._grade(nb, resources, handin)
+        except Exception as e:
+            from ..supervisor.handin import FolderRefused
+
+            if isinstance(e, FolderRefused):
+                handin.refused = str(e)
+            else:
+                handin.error = f"{type(e).__name__}: {e}"
+            RUN.add(handin, self)
+            raise
+        RUN.add(handin, self)
+        return nb, resources
+
+    def _grade(self, nb, resources, handin: "AutogradeOutcome"):
         from ..course import registry
         from ..supervisor.supervise import copy_student_folder, grade_submission
 
@@ -273,11 +449,14 @@ class GradeInSandbox(NbGraderPreprocessor):
         for i in graded:
             runnable.cells[i].source = ""
             runnable.cells[i].outputs = []
+        # the feedback run ends with the last graded cell: what comes after decides nothing
+        until = max(graded) + 1 if graded else None
         # every function of the assignment, whatever cells the notebook has (as grade-all)
         known = ([p.name for p in registry.problems(assignment)]
                  if assignment in registry.assignments() else [])
         only = sorted(known)
         opts = self.options(assignment, only) if only else None
+        handin.log = self.kept_log(handin)
         with tempfile.TemporaryDirectory(prefix="autograde-nb-") as tmp:
             work = Path(tmp) / (assignment or "submission")
             # a folder past a cap (entries, depth, listing time) stops here, with the reason,
@@ -287,11 +466,12 @@ class GradeInSandbox(NbGraderPreprocessor):
             nbformat.write(runnable, path)
             # the notebook runs for the feedback while the functions are graded (two
             # processes, side by side); a function that hung while graded stops that run
-            run = _Background(self._execute, path) if self.run_student_cells else None
+            run = (_Background(lambda p, started: self._execute(p, started, until), path)
+                   if self.run_student_cells else None)
             res = None
             try:
                 if opts is not None:
-                    res = grade_submission(path, opts)
+                    res = grade_submission(path, opts, keep_log=handin.log)
             except BaseException:
                 if run is not None:
                     run.cancel()
@@ -306,10 +486,15 @@ class GradeInSandbox(NbGraderPreprocessor):
                 if isinstance(executed, str):
                     self.log.warning("student cells not run: %s", executed)
                 else:
-                    for i, cell in enumerate(nb.cells):
-                        if cell.cell_type == "code" and i not in graded:
-                            cell.outputs = executed.cells[i].get("outputs", [])
-                            cell.execution_count = executed.cells[i].get("execution_count")
+                    executed, stopped = executed
+                    fill_student_cells(nb, executed, graded, until=until, stopped=stopped,
+                                       cell_timeout=self.cell_timeout)
+                    if stopped is not None:
+                        handin.stopped_cell = stopped + 1
+                        self.log.warning("%s/%s: cell %d was stopped after %g s "
+                                         "(GradeInSandbox.cell_timeout); the cells below it "
+                                         "were not run for the feedback", handin.student,
+                                         handin.assignment, stopped + 1, self.cell_timeout)
         notes = list(res.notes) if res is not None else []
         if run is not None and hung:
             notes.append(f"the notebook's own cells were not run for this feedback: "
@@ -320,19 +505,45 @@ class GradeInSandbox(NbGraderPreprocessor):
         if res is not None:  # the whole verdict, for a class report over autograded notebooks
             nb.metadata[REPORT_KEY] = res.to_dict()
             resources[RESOURCES_KEY] = res.to_dict()
+            handin.regrade = tuple(res.regrade)
+        if handin.log is not None and not handin.log.exists():
+            handin.log = None
         return nb, resources
 
-    def _execute(self, path: Path, started=lambda box: None):
-        """The executed notebook, or why there is none. ``started`` is told the sandbox, which
-        the caller may kill to stop the run."""
+    def kept_log(self, handin: "AutogradeOutcome") -> Optional[Path]:
+        """Where the judge's log of a hand-in that needs a regrade is kept: under the course
+        folder's ``.autograder/logs/`` (a stale one from an earlier run is removed first)."""
+        from nbgrader.coursedir import CourseDirectory
+
+        from .names import _slug
+
+        if not handin.student:  # not nbgrader's autograde: nobody would look for it
+            return None
+        logs = Path(CourseDirectory(config=self.config).root) / LOGS
+        path = logs / f"{_slug(handin.student)}-{_slug(handin.assignment)}.grader.log"
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError:
+            return None
+        return path
+
+    def _execute(self, path: Path, started=lambda box: None, until: Optional[int] = None):
+        """The executed notebook and the index of the cell the cell limit stopped (or None),
+        or why there is none. ``started`` is told the sandbox, which the caller may kill to
+        stop the run; only the cells before ``until`` are run."""
         from ..core.clock import CLOCK
         from ..core.records import ExecutedNotebook, RecordError, parse
         from ..isolation.sandbox import SandboxLimits
         from ..judge.channel import WorkerLink, WorkerStopped, spawn_untrusted
 
         limits = SandboxLimits()
-        box = spawn_untrusted(path, ["--execute", "--cell-timeout", str(self.cell_timeout)],
-                              isolated=self.isolation, whole_folder=True, limits=limits)
+        argv = ["--execute", "--cell-timeout", str(self.cell_timeout)]
+        if until is not None:
+            argv += ["--until", str(until)]
+        box = spawn_untrusted(path, argv, isolated=self.isolation, whole_folder=True,
+                              limits=limits)
         started(box)
         try:
             link = WorkerLink(box, limits.memory_mb, max_line=_MAX_NOTEBOOK,
@@ -350,7 +561,11 @@ class GradeInSandbox(NbGraderPreprocessor):
                 return f"the executed notebook could not be read ({type(e).__name__})"
             if len(executed.cells) != len(nbformat.read(path, as_version=4).cells):
                 return "the executed notebook does not match the submission"
-            return executed
+            stopped = rec.stopped_cell
+            if stopped is not None and not 0 <= stopped < (len(executed.cells) if until is None
+                                                            else until):
+                stopped = None  # the worker's word only places a line in this feedback
+            return executed, stopped
         finally:
             box.kill()
 
@@ -402,15 +617,13 @@ class MarkRegrades(NbGraderPreprocessor):
     def preprocess(self, nb, resources):
         from nbgrader.api import Gradebook
 
-        from .gradebook import cell_of
+        from .gradebook import cell_of, quiet_nbgrader
 
-        report = resources.get(RESOURCES_KEY) or {}  # GradeInSandbox's, never the notebook's
-        regrade = [n for n, f in (report.get("functions") or {}).items()
-                   if f.get("needs_regrade")]
+        regrade = _regrade_of(resources)
         if not regrade:
             return nb, resources
         info = resources["nbgrader"]
-        with Gradebook(info["db_url"]) as gb:
+        with quiet_nbgrader(), Gradebook(info["db_url"]) as gb:
             for fn in regrade:
                 grade = gb.find_grade(cell_of(fn), info["notebook"], info["assignment"],
                                       info["student"])
@@ -419,6 +632,37 @@ class MarkRegrades(NbGraderPreprocessor):
             gb.db.commit()
         self.log.warning("%s: %s need(s) a regrade (the grader failed, not the student)",
                          info["student"], ", ".join(regrade))
+        return nb, resources
+
+
+def _regrade_of(resources) -> list:
+    """The functions the grader failed on, from GradeInSandbox's report in ``resources``
+    (this process's own, never the notebook's)."""
+    report = resources.get(RESOURCES_KEY) or {}
+    return [n for n, f in (report.get("functions") or {}).items() if f.get("needs_regrade")]
+
+
+class NeedsRegrade(Exception):
+    """A hand-in the grader failed on (its fault, not the student's): nbgrader's own failure
+    for that hand-in."""
+
+
+class FailOnRegrade(NbGraderPreprocessor):
+    """The last step: a hand-in with a function that needs a regrade fails, the way nbgrader
+    fails a hand-in it could not process. The gradebook keeps what the steps before wrote (the
+    other functions' scores, late penalties, the regrade marked by :class:`MarkRegrades`);
+    nbgrader then removes the hand-in's autograded copy (``generate_feedback`` sends no
+    feedback with a missing grade), ends with exit status 1, and its next run grades that
+    hand-in again without ``--force``, as it grades any hand-in not yet autograded."""
+
+    def preprocess(self, nb, resources):
+        regrade = _regrade_of(resources)
+        if regrade:
+            info = resources.get("nbgrader", {})
+            raise NeedsRegrade(
+                f"{info.get('student')}/{info.get('assignment')}: {', '.join(regrade)} "
+                "need(s) a regrade (the grader failed, not the student): run `nbgrader "
+                f"autograde {info.get('assignment')}` again, which grades this hand-in again")
         return nb, resources
 
 

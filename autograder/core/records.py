@@ -174,6 +174,14 @@ class ExecutedNotebook(Record):
 
     TYPE: ClassVar[str] = "notebook"
     text: str
+    #: the index of the cell stopped by the cell time limit (the run ended there), if any
+    stopped_cell: Optional[int] = None
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ExecutedNotebook":
+        _expect_keys(d, cls, extra=("type",))
+        stopped = d.get("stopped_cell")
+        return cls(_str(d["text"]), None if stopped is None else _int(stopped, "stopped_cell"))
 
 
 # -- trusted grader <-> supervisor --------------------------------------------------------------

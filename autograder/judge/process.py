@@ -164,6 +164,9 @@ def run(a, send, exporter) -> None:
                                                with_speed=not a.no_speed, store=store,
                                                overlap=p.name not in serial)
             except Exception as e:  # noqa: BLE001 - the grader's own code failed: a regrade
+                import traceback
+
+                traceback.print_exc()  # into grader.log, which a regrade keeps for the instructor
                 send(Result(p.name, [], regrade=grading.fault_text(e)))
             else:
                 send(Result(p.name, [c.to_dict() for c in r.checks], reused=r.reused))

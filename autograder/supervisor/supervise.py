@@ -418,8 +418,13 @@ def _blame(run: _Run, prob, lim: Limits) -> FunctionResult:
 
 
 def grade_submission(submission: Path, opts: Optional[Options] = None, *,
-                     log: Optional[Callable[[str], None]] = None) -> SubmissionResult:
+                     log: Optional[Callable[[str], None]] = None,
+                     keep_log: Optional[Path] = None) -> SubmissionResult:
     """Grade one notebook or .py file; never raises for student misbehaviour.
+
+    The judge's own log (``grader.log``) lives in a temporary folder deleted on return; given
+    ``keep_log``, its last megabyte is copied there when some function needs a regrade (what
+    the instructor reads to see what broke).
 
     A function the grader itself failed on (an error in its own code, a crash or a missed
     deadline while doing its own work, a judge that could not start, a budget or restart count
@@ -527,6 +532,12 @@ def grade_submission(submission: Path, opts: Optional[Options] = None, *,
                          "its output was refused")
         functions = {n: results.get(n) or _regrade(registry.get(n), unfinished)
                      for n in names}
+        if keep_log is not None and any(f.regrade for f in functions.values()):
+            try:
+                Path(keep_log).parent.mkdir(parents=True, exist_ok=True)
+                Path(keep_log).write_text(tail(work / "grader.log", 1 << 20))
+            except OSError:  # the log is a help, never a reason to lose the grades
+                pass
     wall = time.monotonic() - started
     if wall > 60 and CLOCK.now() - effective < 0.8 * wall:
         notes.append(f"grading took {wall:.0f} s on a busy machine; its time limits were "

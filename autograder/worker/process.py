@@ -1,7 +1,7 @@
 """The untrusted worker: loads a submission and turns its functions into programs.
 
     python -s -P -m autograder.worker SUBMISSION [--skip 3,7] [--statement-timeout 20]
-    python -s -P -m autograder.worker NOTEBOOK --execute [--cell-timeout 300]
+    python -s -P -m autograder.worker NOTEBOOK --execute [--cell-timeout 300] [--until 26]
 
 Started by the trusted grader (:mod:`autograder.judge`) inside the sandbox
 (:mod:`autograder.isolation`). It runs the student's Python and nothing that matters: it loads
@@ -38,6 +38,8 @@ def main(argv=None) -> int:
     ap.add_argument("--execute", action="store_true",
                     help="run the whole notebook (in a copy of its folder) and send it back")
     ap.add_argument("--cell-timeout", type=float, default=300.0)
+    ap.add_argument("--until", type=int, default=None,
+                    help="run the cells before this index only (the rest is sent back as is)")
     ap.add_argument("--folder-on-path", action="store_true",
                     help="the submission's folder is importable (its helper modules)")
     ap.add_argument("--functions", default="",
@@ -50,7 +52,7 @@ def main(argv=None) -> int:
         out.flush()
 
     if a.execute:
-        send(execute_notebook(a.submission, a.cell_timeout))
+        send(execute_notebook(a.submission, a.cell_timeout, a.until))
         return 0
 
     from ..core.devices import setup_devices
@@ -91,8 +93,11 @@ def main(argv=None) -> int:
     return 0
 
 
-def execute_notebook(path: Path, cell_timeout: float):
-    """Run every cell of the notebook in a writable copy of its folder (errors kept as outputs)."""
+def execute_notebook(path: Path, cell_timeout: float, until: int | None = None):
+    """Run the notebook's cells (those before index ``until``, if given; the rest come back as
+    they were) in a writable copy of its folder (errors kept as outputs). A cell still running
+    after ``cell_timeout`` seconds stops the run there (nbclient's way): the cells below it are
+    not run, and the record names that cell (``stopped_cell``)."""
     import shutil
 
     # jsonschema (under nbformat) checks IRIs with rfc3987_syntax where that is installed, and
@@ -101,6 +106,7 @@ def execute_notebook(path: Path, cell_timeout: float):
     sys.modules.setdefault("rfc3987_syntax", None)
     import nbformat
     from nbclient import NotebookClient
+    from nbclient.exceptions import CellTimeoutError
 
     from ..core.records import ExecutedNotebook
 
@@ -111,14 +117,25 @@ def execute_notebook(path: Path, cell_timeout: float):
     # run for the feedback costs the student's own cells only
     os.environ["NBGRADER_EXECUTION"] = "autograde"
     nb = nbformat.read(work / path.name, as_version=4)
-    client = NotebookClient(nb, timeout=int(cell_timeout), allow_errors=True,
+    rest = nb.cells[until:] if until is not None else []
+    nb.cells = nb.cells[:until] if until is not None else nb.cells
+    running = [None]
+
+    def started(cell, cell_index) -> None:
+        running[0] = cell_index
+
+    client = NotebookClient(nb, timeout=max(1, int(cell_timeout)), allow_errors=True,
                             kernel_name="python3", resources={"metadata": {"path": str(work)}},
-                            shutdown_kernel="immediate")
+                            shutdown_kernel="immediate", on_cell_start=started)
+    stopped = None
     try:
         client.execute()
+    except CellTimeoutError:  # nbclient stops the run at the cell that ran too long
+        stopped = running[0]
     except Exception as e:  # noqa: BLE001 - a dead kernel: send what ran
         print(f"notebook execution stopped: {type(e).__name__}: {e}", file=sys.stderr)
-    return ExecutedNotebook(nbformat.writes(nb))
+    nb.cells.extend(rest)
+    return ExecutedNotebook(nbformat.writes(nb), stopped_cell=stopped)
 
 
 if __name__ == "__main__":
