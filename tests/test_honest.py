@@ -556,6 +556,23 @@ def test_effective_time_slows_with_the_load_and_never_stops(monkeypatch):
     assert c._sample() == 1.0
 
 
+def test_a_processs_own_clock_reads_its_own_threads(monkeypatch):
+    """The process's clock (the judge's limits on its own work, the worker's on a statement)
+    counts what its own threads got of what they asked for, not the machine's run queue: a
+    neighbour's 500 runnable processes change nothing while its threads get the CPU."""
+    from autograder.core import clock
+
+    assert clock.CLOCK.own and not clock.MACHINE_CLOCK.own
+    t = iter([0.0, 0.25, 0.5])
+    c = clock.LoadClock(cpus=2, own=True, monotonic=lambda: next(t))
+    monkeypatch.setattr(clock, "runnable", lambda: 500)
+    looks = iter([{1: (0.0, 0.0)}, {1: (0.2, 0.0), 2: (0.1, 0.0)}, {1: (0.3, 0.9)}])
+    monkeypatch.setattr(clock, "thread_times", lambda tids: next(looks))
+    assert c._sample() == 1.0  # the first look
+    assert c._sample() == 1.0  # 0.3 s of CPU asked for and got in 0.25 s
+    assert c._sample() == clock.MIN_RATE  # 0.1 s run, 0.9 s waited
+
+
 def test_a_sandboxs_clock_counts_what_it_got_of_what_it_asked_for():
     """A sandbox's limits run on its own clock: stretched only while it got less of the CPU than
     it asked for (ran + waited on the run queue, at most the machine's cores), whatever its
@@ -610,7 +627,14 @@ def test_a_time_limit_ticks_safely_while_its_thread_reads_the_clock(monkeypatch)
         time.sleep(0.3)
         return 1
 
-    monkeypatch.setattr(clock, "runnable", slow_load)
+    real = clock.thread_times
+
+    def slow_threads(tids):
+        time.sleep(0.3)
+        return real(tids)
+
+    monkeypatch.setattr(clock, "runnable", slow_load)  # the machine's clock
+    monkeypatch.setattr(clock, "thread_times", slow_threads)  # the process's own
     t0 = time.monotonic()
     with pytest.raises(errors.GradingTimeout):
         with errors.time_limit(1.0):
@@ -668,7 +692,8 @@ def test_an_oversubscribed_class_gets_the_same_verdicts(tmp_path):
 
 
 #: a hand-in's sandbox that runs 16 busy processes (it and its forks loop forever)
-CPU_HOG = "import os\nfor _ in range(15):\n    if os.fork() == 0:\n        break\nwhile True:\n    pass\n"
+CPU_HOG = ("import os\nfor _ in range(15):\n    if os.fork() == 0:\n        break\n"
+           "while True:\n    pass\n")
 
 
 def _victim(monkeypatch, tmp_path) -> tuple[list, float]:

@@ -15,11 +15,15 @@ Two clocks measure that:
   sharing the CPU between sandboxes (:mod:`autograder.isolation.cgroup`), a sandbox that asks
   for more than its fair share still gets that share, so a neighbour's hundred busy processes
   stretch none of its limits;
-* :class:`LoadClock`, a process's (:data:`CLOCK`): the machine's run queue (``procs_running`` in
-  ``/proc/stat``, this process's own sampler left out), for the limits that time the grader's
-  own processes. Where ``/proc/stat`` cannot be read, effective time is wall-clock time.
+* :class:`LoadClock`, a process's: :data:`CLOCK` counts what this process's own threads got of
+  the CPU they asked for (the same :func:`share_rate`), for the limits on the process's own
+  work (the judge running a program, the worker loading a statement); :data:`MACHINE_CLOCK`
+  counts the machine's run queue (``procs_running`` in ``/proc/stat``, its own sampler left
+  out), for the supervisor's limits on a whole judge and its sandbox, which it cannot read,
+  and which must never end before the limits inside them. Where nothing can be read,
+  effective time is wall-clock time.
 
-:data:`CLOCK` is the process's clock; its sampler thread starts on first use.
+Both sampler threads start on first use.
 """
 from __future__ import annotations
 
@@ -72,6 +76,17 @@ def thread_times(tids: Iterable[int]) -> dict[int, tuple[float, float]]:
     return out
 
 
+def _summed(before: dict, after: dict) -> tuple[float, float]:
+    """CPU and run-queue seconds the threads of ``after`` added since ``before`` (a thread new
+    since then: all of its own)."""
+    run = wait = 0.0
+    for tid, (r, w) in after.items():
+        r0, w0 = before.get(tid, (0.0, 0.0))
+        run += max(0.0, r - r0)
+        wait += max(0.0, w - w0)
+    return run, wait
+
+
 @dataclass
 class CpuReading:
     """One look at a sandbox: ``key`` names it (a new key: a new sandbox, its counters start
@@ -111,9 +126,16 @@ class LoadClock:
     lock there would be taken twice by one thread, and every later tick would stack another
     handler on the blocked one until Python's recursion limit broke the grading."""
 
-    def __init__(self, min_rate: float = MIN_RATE, cpus: Optional[int] = None):
+    def __init__(self, min_rate: float = MIN_RATE, cpus: Optional[int] = None,
+                 own: bool = False, monotonic: Callable[[], float] = time.monotonic):
         self.min_rate = min_rate
+        #: the wall clock of the own threads' looks (tests give their own)
+        self.monotonic = monotonic
         self.cpus = cpus or cpu_count()
+        #: True: this process's own threads decide the rate; False: the machine's run queue
+        self.own = own
+        #: the last look at this process's threads (the sampler thread alone touches it)
+        self._threads: Optional[tuple[float, dict]] = None
         self._start_lock = threading.Lock()
         #: (wall-clock time of the last sample, effective seconds then, rate since)
         self._state = (time.monotonic(), 0.0, 1.0)
@@ -129,11 +151,26 @@ class LoadClock:
         return self._state[2]
 
     def _sample(self) -> float:
+        if self.own:
+            return self._own_sample()
         n = runnable()
         if n is None:
             return 1.0
         others = max(1, n - 1)  # the sampler itself is running while it reads
         return max(self.min_rate, min(1.0, self.cpus / others))
+
+    def _own_sample(self) -> float:
+        """What this process's threads got of the CPU they asked for since the last look."""
+        try:
+            tids = [int(t) for t in os.listdir("/proc/self/task")]
+        except (OSError, ValueError):
+            return 1.0
+        now, times = self.monotonic(), thread_times(tids)
+        last, self._threads = self._threads, (now, times)
+        if last is None or not times:
+            return 1.0
+        run, wait = _summed(last[1], times)
+        return share_rate(run, wait, now - last[0], self.cpus, self.min_rate)
 
     def _advance(self) -> None:
         """The sampler's step: the time since the last one counted at the rate it had, and a
@@ -193,12 +230,7 @@ class ShareClock:
 
     def _deltas(self, new: CpuReading) -> tuple[float, float]:
         old = self._last if self._last is not None and self._last.key == new.key else None
-        before = old.threads if old is not None else {}
-        run = wait = 0.0
-        for tid, (r, w) in new.threads.items():
-            r0, w0 = before.get(tid, (0.0, 0.0))
-            run += max(0.0, r - r0)
-            wait += max(0.0, w - w0)
+        run, wait = _summed(old.threads if old is not None else {}, new.threads)
         if new.used_s is not None:  # the group's count: ended processes' CPU included
             used0 = old.used_s if old is not None and old.used_s is not None else 0.0
             run = max(0.0, new.used_s - used0)
@@ -265,5 +297,7 @@ class Deadline:
                 "timed got only part of the CPU it asked for on a busy machine)")
 
 
-#: this process's clock
-CLOCK = LoadClock()
+#: this process's clock: its own threads' share of the CPU
+CLOCK = LoadClock(own=True)
+#: the machine's clock: its run queue (the supervisor's limits on a judge and its sandbox)
+MACHINE_CLOCK = LoadClock()
