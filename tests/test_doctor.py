@@ -59,6 +59,21 @@ def test_missing_nbgrader_and_distributed_are_notes(monkeypatch, sandbox_ok):
     assert text.rstrip().endswith("ready to grade") and "not ready" not in text
 
 
+def test_the_cpu_share_is_reported_and_its_absence_said_out_loud(monkeypatch):
+    """Whether each sandbox gets its own share of the CPU: said either way; without the cgroup
+    cpu controller, a note saying a hand-in's busy processes can slow a classmate's."""
+    from autograder.isolation import cgroup
+
+    monkeypatch.setattr(cgroup, "cpu_support", lambda: "cgroup v2 cpu.weight 100")
+    f = doctor.check_cpu_share()
+    assert f.ok and "its own equal share (cgroup v2 cpu.weight 100)" in f.detail
+    monkeypatch.setattr(cgroup, "support", lambda: "v2")
+    monkeypatch.setattr(cgroup, "cpu_support", lambda: None)
+    f = doctor.check_cpu_share()
+    assert not f.ok and not f.required and f.line().startswith("[note] CPU share: NOT shared")
+    assert "cpu controller is not available" in f.detail and "subtree_control" in f.fix
+
+
 def test_a_broken_tpu_model_fails(monkeypatch, sandbox_ok):
     from autograder import tpumodel
 

@@ -556,6 +556,63 @@ def test_effective_time_slows_with_the_load_and_never_stops(monkeypatch):
     assert c._sample() == 1.0
 
 
+def test_a_processs_own_clock_reads_its_own_threads(monkeypatch):
+    """The process's clock (the judge's limits on its own work, the worker's on a statement)
+    counts what its own threads got of what they asked for, not the machine's run queue: a
+    neighbour's 500 runnable processes change nothing while its threads get the CPU."""
+    from autograder.core import clock
+
+    assert clock.CLOCK.own and not clock.MACHINE_CLOCK.own
+    t = iter([0.0, 0.25, 0.5])
+    c = clock.LoadClock(cpus=2, own=True, monotonic=lambda: next(t))
+    monkeypatch.setattr(clock, "runnable", lambda: 500)
+    looks = iter([{1: (0.0, 0.0)}, {1: (0.2, 0.0), 2: (0.1, 0.0)}, {1: (0.3, 0.9)}])
+    monkeypatch.setattr(clock, "thread_times", lambda tids: next(looks))
+    assert c._sample() == 1.0  # the first look
+    assert c._sample() == 1.0  # 0.3 s of CPU asked for and got in 0.25 s
+    assert c._sample() == clock.MIN_RATE  # 0.1 s run, 0.9 s waited
+
+
+def test_a_sandboxs_clock_counts_what_it_got_of_what_it_asked_for():
+    """A sandbox's limits run on its own clock: stretched only while it got less of the CPU than
+    it asked for (ran + waited on the run queue, at most the machine's cores), whatever its
+    neighbours run; from readings of its control group and threads (here made up)."""
+    from autograder.core import clock
+    from autograder.core.clock import CpuReading, share_rate
+
+    # (CPU seconds run, seconds waited on the run queue) over 1 s on 2 cores
+    assert share_rate(1.0, 0.0, 1.0, 2) == 1.0  # one busy process alone
+    assert share_rate(1.0, 0.02, 1.0, 2) > 0.97  # beside a 16-process hog, its fair share
+    assert share_rate(1 / 3, 2 / 3, 1.0, 2) == pytest.approx(1 / 3)  # six gradings, 2 cores
+    assert share_rate(2.0, 6.0, 1.0, 2) == 1.0  # 8 XLA threads alone: all 2 cores
+    assert share_rate(1.0, 7.0, 1.0, 2) == pytest.approx(0.5)  # ... beside a hog: one core
+    assert share_rate(0.01, 0.03, 1.0, 2) == 1.0  # waiting on its stdin: never stretched
+    assert share_rate(0.02, 0.98, 1.0, 2) == clock.MIN_RATE  # starved: the floor
+
+    t = [0.0]
+    readings = iter([
+        CpuReading("a", used_s=0.0, threads={1: (0.0, 0.0)}),
+        CpuReading("a", used_s=0.5, threads={1: (0.5, 0.5)}),  # half of what it asked for
+        CpuReading("b", used_s=0.9, threads={7: (0.9, 0.1)}),  # a fresh sandbox: from zero
+        None,  # no sandbox: wall-clock time
+        CpuReading("c", used_s=None, threads={3: (2.0, 0.0), 4: (1.0, 3.0)}),  # no group
+    ])
+    c = clock.ShareClock(lambda: next(readings), cpus=2, monotonic=lambda: t[0])
+    deadline = c.deadline(1.0)
+    assert c.now() == 0.0 and not deadline.expired()
+    t[0] = 1.0
+    assert c.asked_s() == pytest.approx(0.0)  # the first look at sandbox "a"
+    t[0] = 2.0
+    assert c.now() == pytest.approx(1.5) and c.rate() == pytest.approx(0.5)
+    assert deadline.expired() and c.used_s == pytest.approx(0.5)
+    t[0] = 3.0
+    assert c.now() == pytest.approx(2.4) and c.waited_s == pytest.approx(0.6)
+    t[0] = 4.0
+    assert c.now() == pytest.approx(3.4)
+    t[0] = 5.0  # its threads' own time: 3 s run, 3 s waited: 3 of 2 cores x 1 s asked for
+    assert c.now() == pytest.approx(4.4) and c.used_s == pytest.approx(4.4)
+
+
 def test_a_time_limit_ticks_safely_while_its_thread_reads_the_clock(monkeypatch):
     """A time limit's handler reads the clock wherever the signal lands, a read of the clock by
     the same thread included (grading code reads it all the time). On a busy machine the load
@@ -570,7 +627,14 @@ def test_a_time_limit_ticks_safely_while_its_thread_reads_the_clock(monkeypatch)
         time.sleep(0.3)
         return 1
 
-    monkeypatch.setattr(clock, "runnable", slow_load)
+    real = clock.thread_times
+
+    def slow_threads(tids):
+        time.sleep(0.3)
+        return real(tids)
+
+    monkeypatch.setattr(clock, "runnable", slow_load)  # the machine's clock
+    monkeypatch.setattr(clock, "thread_times", slow_threads)  # the process's own
     t0 = time.monotonic()
     with pytest.raises(errors.GradingTimeout):
         with errors.time_limit(1.0):
@@ -625,6 +689,61 @@ def test_an_oversubscribed_class_gets_the_same_verdicts(tmp_path):
     assert verdicts[2] == verdicts[6]
     assert all(p for _, p in verdicts[6][("ann", "roll_diff")])
     assert not all(p for _, p in verdicts[6][("wrongglobalroll", "roll_diff")])
+
+
+#: a hand-in's sandbox that runs 16 busy processes (it and its forks loop forever)
+CPU_HOG = ("import os\nfor _ in range(15):\n    if os.fork() == 0:\n        break\n"
+           "while True:\n    pass\n")
+
+
+def _victim(monkeypatch, tmp_path) -> tuple[list, float]:
+    """A classmate's worker: one function computed within its limit (about 0.6 s of a core),
+    then one that computes forever and runs out of its 2 s limit: the errors, and the wall-clock
+    seconds the second export took (its limit, then a fresh worker)."""
+    monkeypatch.setattr(channel, "spawn_untrusted", _fake_spawner("computes"))
+    sub = tmp_path / "answers.py"
+    sub.write_text("")
+    names = ["work_a", "hang_b"]
+    ex = channel.SandboxExporter(sub, isolated=False, load_s=30, functions=names)
+    try:
+        ex.start()
+        a, b = _requests_of(names)
+        errors = [ex.export([a], timeout=4.0)[a.id].error]
+        t0 = time.monotonic()
+        errors.append(ex.export([b], timeout=2.0)[b.id].error)
+        return errors, time.monotonic() - t0
+    finally:
+        ex.close()
+
+
+@pytest.mark.serial  # it measures wall-clock time beside a busy sandbox
+def test_a_busy_sandbox_changes_neither_a_classmates_verdict_nor_its_limits(monkeypatch,
+                                                                            tmp_path):
+    """Each sandbox has its own, equal share of the CPU (cgroup cpu controller) and its limits
+    run on its own clock: beside a sandbox of 16 busy processes, a classmate's computation
+    still ends within its limit, and its limit lasts what it lasts alone (within 20%), where a
+    clock read off the machine's run queue stretched it 5x."""
+    from autograder.core import clock
+    from autograder.isolation import cgroup
+
+    if cgroup.cpu_support() is None:
+        pytest.skip(f"no fair share here: {cgroup.cpu_describe()}")
+    if clock.cpu_count() < 2:
+        pytest.skip("one core: the hog's fair share is half of it, whatever the grader does")
+    alone, alone_s = _victim(monkeypatch, tmp_path)
+    hog = isolation.spawn([sys.executable, "-c", CPU_HOG], binds=[], isolated=False,
+                          env={"PATH": os.environ["PATH"]})
+    try:
+        assert hog.group is not None and hog.group.cpu_shared
+        time.sleep(0.5)
+        assert len(hog.members()) == 16
+        beside, beside_s = _victim(monkeypatch, tmp_path)
+        assert hog.group.usage_s() > 1.0  # it did keep the CPU busy meanwhile
+    finally:
+        hog.kill()
+    assert beside[0] == alone[0] and beside[0].startswith("computed"), (alone, beside)
+    assert "2 s time limit" in beside[1] and "stretched" not in beside[1], beside
+    assert beside_s <= 1.2 * alone_s, (alone_s, beside_s)
 
 
 # -- the sandbox's memory, for as long as it lives ------------------------------------------------

@@ -533,7 +533,7 @@ class GradeInSandbox(NbGraderPreprocessor):
         """The executed notebook and the index of the cell the cell limit stopped (or None),
         or why there is none. ``started`` is told the sandbox, which the caller may kill to
         stop the run; only the cells before ``until`` are run."""
-        from ..core.clock import CLOCK
+        from ..core.clock import ShareClock
         from ..core.records import ExecutedNotebook, RecordError, parse
         from ..isolation.sandbox import SandboxLimits
         from ..judge.channel import WorkerLink, WorkerStopped, spawn_untrusted
@@ -550,7 +550,9 @@ class GradeInSandbox(NbGraderPreprocessor):
                               max_unread=_MAX_NOTEBOOK)
             link.close()  # it is told nothing: its stdin closes at once
             try:
-                line = next(link.lines(CLOCK.deadline(self.notebook_timeout)))
+                # the sandbox's own clock: a classmate's busy sandbox stretches none of it
+                clock = ShareClock(box.cpu_reading)
+                line = next(link.lines(clock.deadline(self.notebook_timeout)))
             except WorkerStopped as e:
                 why = "it ran too long" if e.phase[0] == "timeout" else e.why
                 return f"the notebook did not finish: {why}"

@@ -1,11 +1,13 @@
 """``python -m autograder doctor``: is this machine ready to grade?
 
 Prints the JAX version (and whether it is inside the course's tested range), the devices, whether
-student code can be isolated, whether the TPU model loads and reads this JAX's programs, the
-nbgrader version (optional: nbgrader's own path and ``grade-all --gradebook``), and whether Dask
-``distributed`` is there (optional: grading on a cluster). Exits 1, with the command that fixes
-it, when something grading needs is missing; optional parts and a JAX newer than the tested
-range are reported without failing, so a cluster worker without nbgrader is ready.
+student code can be isolated, what bounds a sandbox's memory and whether sandboxes share the
+CPU fairly (the cgroup ``cpu`` controller), whether the TPU model loads and reads this JAX's
+programs, the nbgrader version (optional: nbgrader's own path and ``grade-all --gradebook``),
+and whether Dask ``distributed`` is there (optional: grading on a cluster). Exits 1, with the
+command that fixes it, when something grading needs is missing; optional parts and a JAX newer
+than the tested range are reported without failing, so a cluster worker without nbgrader is
+ready.
 """
 from __future__ import annotations
 
@@ -98,6 +100,18 @@ def check_memory_bound() -> Finding:
                    required=False)
 
 
+def check_cpu_share() -> Finding:
+    """Whether each sandbox gets its own, equal share of the CPU (the cgroup ``cpu``
+    controller): without it a hand-in's busy processes can slow a classmate's, said out loud
+    here (a note: grading still works, its limits stretch to match)."""
+    from ..isolation import cgroup
+
+    return Finding("CPU share", cgroup.cpu_support() is not None, cgroup.cpu_describe(),
+                   fix="run the grader as root on a machine whose cgroup file system offers the "
+                   "cpu controller (v1: a writable cpu hierarchy; v2: cpu in the grader's "
+                   "cgroup.subtree_control, e.g. systemd-run -p Delegate=yes)", required=False)
+
+
 def check_tpumodel() -> Finding:
     """Load the TPU model and model a small ring written with ``fori_loop`` on a 2x4 mesh: three
     hops must come out as three communications (this JAX's loop lowering is read)."""
@@ -160,8 +174,8 @@ def check_distributed() -> Finding:
 
 
 CHECKS: tuple[Callable[[], Finding], ...] = (check_jax, check_devices, check_isolation,
-                                             check_memory_bound, check_tpumodel, check_nbgrader,
-                                             check_distributed)
+                                             check_memory_bound, check_cpu_share,
+                                             check_tpumodel, check_nbgrader, check_distributed)
 
 
 def run(out=print) -> int:

@@ -1,5 +1,5 @@
-"""A memory and process bound the kernel enforces on a whole sandbox, where the machine offers
-one: a control group per sandbox.
+"""A memory and process bound the kernel enforces on a whole sandbox, and a fair share of the
+CPU, where the machine offers them: a control group per sandbox.
 
 cgroup v2 (one unified hierarchy) or v1 (the ``memory`` and ``pids`` controllers mounted apart,
 as on this repository's CI machine) are both used when this process may create groups below its
@@ -9,6 +9,15 @@ Past the memory bound the kernel stops the sandbox (the OOM killer, inside the g
 group's own counter then says why it died. Where no group can be made (no cgroup file system,
 not allowed to write it), the judge's watchdog alone watches the sandbox's resident memory
 (:class:`autograder.judge.channel.WorkerLink`), and ``python -m autograder doctor`` says which.
+
+The CPU: each sandbox's group has the ``cpu`` controller with the same weight as every other
+(``cpu.shares`` 1024 in v1, ``cpu.weight`` 100 in v2), so the kernel shares the CPU between
+sandboxes, not between their processes: one hand-in's hundred busy processes get one share,
+as a classmate's one process does. Its usage (``cpuacct.usage`` in v1, ``cpu.stat``'s
+``usage_usec`` in v2) and its threads feed the sandbox's own effective clock
+(:class:`autograder.core.clock.ShareClock`). Where the ``cpu`` controller is missing, the
+group still bounds memory and tasks, :func:`cpu_describe` says so (``doctor`` prints it), and
+nothing shares the CPU fairly.
 """
 from __future__ import annotations
 
@@ -52,6 +61,43 @@ class Group:
     kind: str
     dirs: list = field(default_factory=list)
     memory_dir: Optional[Path] = None
+    #: where its CPU weight is set (None: no ``cpu`` controller here, no fair share)
+    cpu_dir: Optional[Path] = None
+    #: where its CPU usage and its threads are read (None: nowhere)
+    acct_dir: Optional[Path] = None
+
+    @property
+    def cpu_shared(self) -> bool:
+        """Whether the kernel gives this group its own, equal share of the CPU."""
+        return self.cpu_dir is not None
+
+    def usage_s(self) -> Optional[float]:
+        """CPU seconds every process of the group has used so far, those already ended
+        included (None: unreadable)."""
+        d = self.acct_dir
+        if d is None:
+            return None
+        try:
+            if self.kind == "v2":
+                for line in (d / "cpu.stat").read_text().splitlines():
+                    k, v = line.split()
+                    if k == "usage_usec":
+                        return int(v) / 1e6
+                return None
+            return int((d / "cpuacct.usage").read_text()) / 1e9
+        except (OSError, ValueError):
+            return None
+
+    def threads(self) -> Optional[list[int]]:
+        """The ids of every thread in the group now (None: unreadable)."""
+        d = self.acct_dir or self.memory_dir
+        if d is None:
+            return None
+        try:
+            text = (d / ("cgroup.threads" if self.kind == "v2" else "tasks")).read_text()
+            return [int(t) for t in text.split()]
+        except (OSError, ValueError):
+            return None
 
     def join(self) -> None:
         """Put the calling process in every group (call it in the child, before ``exec``)."""
@@ -111,9 +157,27 @@ def _make(parent: Path, files: dict[str, str]) -> Path:
     return d
 
 
+#: every sandbox's CPU weight: the same for all (the kernel's default for a group)
+CPU_SHARES_V1 = 1024
+CPU_WEIGHT_V2 = 100
+
+
+def _v1_parent(controller: str) -> Optional[Path]:
+    """This process's group in the v1 hierarchy holding ``controller`` (None: not mounted)."""
+    base = ROOT / controller
+    if not base.is_dir():  # mounted with others under a joint name ("cpu,cpuacct")?
+        try:
+            base = next(d for d in ROOT.iterdir()
+                        if d.is_dir() and controller in d.name.split(","))
+        except (OSError, StopIteration):
+            return None
+    return base / (_own_path(controller) or "/").lstrip("/")
+
+
 def create(memory_mb: int, processes: int) -> Optional[Group]:
-    """A fresh group bounding memory to ``memory_mb`` and tasks to ``processes``, or None where
-    this machine offers none to this process."""
+    """A fresh group bounding memory to ``memory_mb`` and tasks to ``processes``, with its own,
+    equal share of the CPU where the ``cpu`` controller is there (:func:`cpu_support`), or
+    None where this machine offers no group to this process."""
     kind = support()
     if kind is None:
         return None
@@ -121,18 +185,36 @@ def create(memory_mb: int, processes: int) -> Optional[Group]:
     try:
         if kind == "v2":
             parent = _v2_mount() / (_own_path(None) or "/").lstrip("/")
-            d = _make(parent, {"memory.max": limit, "memory.swap.max": "0",
-                               "pids.max": str(processes)})
-            return Group("v2", [d], d)
-        mem = _make(ROOT / "memory" / (_own_path("memory") or "/").lstrip("/"),
-                    {"memory.limit_in_bytes": limit})
-        dirs = [mem]
+            files = {"memory.max": limit, "memory.swap.max": "0", "pids.max": str(processes)}
+            shared = cpu_support() is not None
+            if shared:
+                files["cpu.weight"] = str(CPU_WEIGHT_V2)
+            d = _make(parent, files)
+            # cpu.stat's usage_usec is there whether or not the cpu controller is
+            return Group("v2", [d], d, cpu_dir=d if shared else None, acct_dir=d)
+        mem = _make(_v1_parent("memory"), {"memory.limit_in_bytes": limit})
+        group = Group("v1", [mem], mem)
         try:
-            dirs.append(_make(ROOT / "pids" / (_own_path("pids") or "/").lstrip("/"),
-                              {"pids.max": str(processes)}))
-        except OSError:
+            group.dirs.append(_make(_v1_parent("pids"), {"pids.max": str(processes)}))
+        except (OSError, TypeError):
             pass  # the rlimit on processes still holds
-        return Group("v1", dirs, mem)
+        if cpu_support() is not None:
+            try:
+                cpu = _make(_v1_parent("cpu"), {"cpu.shares": str(CPU_SHARES_V1)})
+                group.dirs.append(cpu)
+                group.cpu_dir = cpu
+            except OSError:
+                pass  # the probe made one: this is rare, and the sandbox says so (no share)
+        acct = _v1_parent("cpuacct")
+        if group.cpu_dir is not None and (group.cpu_dir / "cpuacct.usage").exists():
+            group.acct_dir = group.cpu_dir  # cpu and cpuacct mounted together
+        elif acct is not None and (acct / "cpuacct.usage").exists():
+            try:
+                group.acct_dir = _make(acct, {})
+                group.dirs.append(group.acct_dir)
+            except OSError:
+                pass  # no usage: the sandbox's clock reads its threads alone
+        return group
     except OSError:
         return None
 
@@ -161,6 +243,47 @@ def support() -> Optional[str]:
         except OSError:
             pass
     return None
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_support() -> Optional[str]:
+    """Where a sandbox's group gets its own CPU share (the hierarchy, for ``doctor``), tried
+    once with a real group; None: the ``cpu`` controller is not available to this process
+    (:func:`cpu_describe` says why)."""
+    kind = support()
+    if kind == "v2":
+        own = _v2_mount() / (_own_path(None) or "/").lstrip("/")
+        try:
+            if "cpu" in (own / "cgroup.subtree_control").read_text().split():
+                d = _make(own, {"cpu.weight": str(CPU_WEIGHT_V2)})
+                d.rmdir()
+                return f"cgroup v2 cpu.weight {CPU_WEIGHT_V2}"
+        except OSError:
+            pass
+        return None
+    if kind == "v1":
+        cpu = _v1_parent("cpu")
+        if cpu is not None and (cpu / "cpu.shares").exists():
+            try:
+                d = _make(cpu, {"cpu.shares": str(CPU_SHARES_V1)})
+                d.rmdir()
+                return f"cgroup v1 cpu.shares {CPU_SHARES_V1}"
+            except OSError:
+                pass
+    return None
+
+
+def cpu_describe() -> str:
+    """How sandboxes share the CPU on this machine (for ``doctor``)."""
+    where = cpu_support()
+    if where is not None:
+        return (f"each sandbox gets its own equal share ({where}): a hand-in's busy processes "
+                "take no classmate's CPU, and its time limits run on its own clock")
+    why = ("no control group can be made here" if support() is None else
+           "the cgroup cpu controller is not available to this process (v2: not in "
+           "cgroup.subtree_control; v1: no writable cpu hierarchy)")
+    return (f"NOT shared fairly: {why}; a hand-in's busy processes can slow a classmate's "
+            "(its limits are then stretched to match, up to 5x, and its verdict kept)")
 
 
 def describe() -> str:

@@ -23,6 +23,7 @@ container without namespaces) the grader refuses to run student code unless told
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import resource
 import secrets
@@ -35,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from ..core.clock import CpuReading, thread_times
 from . import cgroup
 from .processes import die_with_parent
 
@@ -206,6 +208,9 @@ def _threads(pid: int) -> int:
     return int(s) if s else 1
 
 
+_SERIALS = itertools.count()
+
+
 class Sandboxed:
     """A running sandboxed command: its pipes, its memory, and a way to end all of it."""
 
@@ -218,6 +223,8 @@ class Sandboxed:
         self.group = group
         #: a host folder used as the worker's home without isolation (removed at the end)
         self.scratch: Optional[Path] = None
+        #: names this sandbox in its clock's readings (never reused, unlike an object's id)
+        self.serial = next(_SERIALS)
 
     def members(self) -> list[int]:
         """Every process of the sandbox: those of its uid, or else every descendant of the
@@ -236,19 +243,25 @@ class Sandboxed:
                 total += int(v.split()[0])
         return total / 1024
 
-    def cpu_s(self) -> float:
-        """CPU seconds the sandbox's processes have used (user and system, their reaped
-        children included): a worker that loops computes, one that waits does not."""
-        tick = os.sysconf("SC_CLK_TCK")
-        total = 0
+    def threads(self) -> list[int]:
+        """Every thread of the sandbox: its control group's, or else those of :meth:`members`."""
+        tids = self.group.threads() if self.group is not None else None
+        if tids is not None:
+            return tids
+        out = []
         for pid in self.members():
             try:
-                with open(f"/proc/{pid}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-                total += sum(int(v) for v in fields[11:15])  # utime stime cutime cstime
-            except (OSError, IndexError, ValueError):
+                out += [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+            except (OSError, ValueError):
                 continue
-        return total / tick
+        return out
+
+    def cpu_reading(self) -> CpuReading:
+        """What the sandbox's own effective clock reads (:class:`~autograder.core.clock.
+        ShareClock`): its group's CPU seconds (ended processes included; None without a
+        group), and each of its threads' CPU and run-queue seconds."""
+        used = self.group.usage_s() if self.group is not None else None
+        return CpuReading(key=self.serial, used_s=used, threads=thread_times(self.threads()))
 
     def kill(self) -> None:
         try:

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from ..core.clock import CLOCK, Deadline
+from ..core.clock import CpuReading, Deadline, ShareClock
 from ..core.records import (
     ExportReply,
     ExportRequest,
@@ -31,9 +31,10 @@ from ..isolation.sandbox import describe_exit
 #: requests sent ahead wait here while this side compiles); past it, the worker is stopped
 MAX_UNREAD = 512 << 20
 
-#: a worker that used less CPU than this share of a missed deadline was waiting, not
-#: computing: no loop of the submission's was running (a busy loop takes a core; at the
-#: clock's floor, a fifth of one)
+#: a worker that asked for less CPU than this share of a missed deadline (what it ran and what
+#: it waited on the run queue, :class:`~autograder.core.clock.ShareClock`) was waiting, not
+#: computing: no loop of the submission's was running (a busy loop asks for a whole core,
+#: however little of one a busy machine gives it)
 IDLE_SHARE = 0.05
 #: deadlines missed in a row by idle workers (the first one's, then the fresh one's) after which
 #: the submission's exports left fail at once: a worker that answers nothing costs two limits
@@ -199,6 +200,11 @@ class SandboxExporter:
     line it reads is parsed as an untrusted record. ``functions``: the graded functions the
     worker is to take out of the submission (default: every one the registry knows).
 
+    Its limits (loading, tracing and exporting) run on the sandbox's own effective clock
+    (:attr:`clock`, a :class:`~autograder.core.clock.ShareClock`): stretched only while the
+    sandbox gets less of the CPU than it asks for, never by how many processes a classmate's
+    sandbox runs; a limit that was stretched says so in its message.
+
     A budget per hand-in, not per function: a worker that misses a deadline is restarted, and
     the functions after it are asked again, so one function's hang (a Python loop at trace
     time, which keeps a core busy) costs that function alone, however many such functions
@@ -240,6 +246,17 @@ class SandboxExporter:
         self.idle_misses = 0
         #: why every export left fails at once (None: the worker is still asked)
         self.stopped_answering: Optional[str] = None
+        #: the effective clock of the limits on the worker: the current sandbox's own
+        self.clock = ShareClock(self._reading)
+
+    def _reading(self) -> Optional[CpuReading]:
+        box = self.box
+        if box is None:
+            return None
+        try:
+            return box.cpu_reading()
+        except Exception:  # noqa: BLE001 - no reading: wall-clock time, never judged idle
+            return None
 
     # -- process ---------------------------------------------------------------------------
     def _spawn(self):
@@ -281,7 +298,7 @@ class SandboxExporter:
 
     def start(self) -> None:
         """Load the submission, skipping statements that hang or crash the worker."""
-        deadline = CLOCK.deadline(self.load_s)
+        deadline = self.clock.deadline(self.load_s)
         while True:
             if self.box is None:
                 self._spawn()
@@ -303,7 +320,7 @@ class SandboxExporter:
                 self.box = None
                 if where is None or deadline.expired():
                     why = (f"ran past the {self.load_s:g} s limit for loading"
-                           if e.phase[0] == "timeout" else e.why)
+                           f"{deadline.stretched()}" if e.phase[0] == "timeout" else e.why)
                     self.notes.append(f"the submission could not be loaded: {why}")
                     self.defined = []
                     return
@@ -338,10 +355,11 @@ class SandboxExporter:
         for rec in out.values():
             if on_reply is not None:
                 on_reply(rec)
-        cpu0, wall0 = self._cpu_s(), time.monotonic()
+        asked0, wall0 = self.clock.asked_s(), time.monotonic()
+        deadline = self.clock.deadline(timeout)
         try:
             if len(out) < len(want):
-                for line in self._lines(CLOCK.deadline(timeout)):
+                for line in self._lines(deadline):
                     try:
                         rec = parse(line, allowed=(ExportReply,))
                     except RecordError:
@@ -360,11 +378,14 @@ class SandboxExporter:
                         break
         except WorkerStopped as e:
             timed_out = e.phase[0] == "timeout"
-            idle = timed_out and self._cpu_s() - cpu0 < IDLE_SHARE * (time.monotonic() - wall0)
+            # a worker is never judged idle without readings of its sandbox
+            asked = self.clock.asked_s() if timed_out and asked0 is not None else None
+            idle = asked is not None and asked - asked0 < IDLE_SHARE * (time.monotonic() - wall0)
             self.misses += timed_out
             self.idle_misses = self.idle_misses + 1 if idle else 0
             why = (f"it ran past the {timeout:g} s time limit for tracing and exporting the "
-                   "function (a loop that never ends at trace time?)" if timed_out else
+                   f"function (a loop that never ends at trace time?){deadline.stretched()}"
+                   if timed_out else
                    f"the worker tracing it stopped: {e.why}")
             for r in requests:
                 out.setdefault(r.id, ExportReply.of(r.id, error=why))
@@ -385,14 +406,6 @@ class SandboxExporter:
             self.pending, self.sent = {}, set(self.replies)
             self.submit(later)
         return out
-
-    def _cpu_s(self) -> float:
-        """CPU seconds the worker's sandbox has used (infinite where they cannot be read: a
-        worker is never judged idle without a reading)."""
-        try:
-            return self.box.cpu_s()
-        except Exception:  # noqa: BLE001 - no reading: counted as computing, never as idle
-            return float("inf")
 
     def start_again(self) -> None:
         """A fresh worker after a hang or crash (the loading notes are not repeated)."""

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from ..core.clock import CLOCK, Deadline
+from ..core.clock import MACHINE_CLOCK, Deadline
 from ..core.records import (Done, Job, Owner, Plan, Ready, RecordError, Restart, Result, Start,
                             parse)
 from ..core.results import CheckResult, FunctionResult, SubmissionResult, skipped
@@ -224,7 +224,7 @@ def _says_ready(judge: _Judge) -> bool:
     if judge.proc.poll() is not None:
         return False
     fd, buf = judge.proc.stdout.fileno(), b""
-    deadline = CLOCK.deadline(READY_S)
+    deadline = MACHINE_CLOCK.deadline(READY_S)
     while b"\n" not in buf and not deadline.expired():
         ready, _, _ = select.select([fd], [], [], 0.2)
         if ready:
@@ -270,7 +270,9 @@ def _run_grader(sub: Path, work: Path, opts: Options, *, only: Optional[list[str
                 skip: list[int], deadline: Deadline, serial: tuple = ()) -> _Run:
     """One job of a judge (warm or new), from its start until its ``done`` record, its end, or
     its stop. Every wait is bounded: by the per-function limit while it grades a function
-    (effective time, :mod:`autograder.core.clock`), by the loading limit before, by
+    (effective time on the machine's clock, :data:`~autograder.core.clock.MACHINE_CLOCK`:
+    the judge's own limits and its sandbox's, inside these, run on clocks of their own that
+    this process cannot read, and these must not end first), by the loading limit before, by
     ``deadline`` always, and by :data:`EXIT_GRACE_S` once it has closed its output."""
     from ..isolation.sandbox import describe_exit
 
@@ -292,7 +294,7 @@ def _run_grader(sub: Path, work: Path, opts: Options, *, only: Optional[list[str
     fd = proc.stdout.fileno()
     buf = b""
     done = False
-    phase = CLOCK.deadline(lim.load_s + 60).sooner(deadline)
+    phase = MACHINE_CLOCK.deadline(lim.load_s + 60).sooner(deadline)
     try:
         while not done:
             ready, _, _ = select.select([fd], [], [], 0.2)
@@ -307,7 +309,7 @@ def _run_grader(sub: Path, work: Path, opts: Options, *, only: Optional[list[str
                 run.records.append(rec)
                 if isinstance(rec, Start):
                     run.function, run.owner = rec.function, "student"
-                    phase = CLOCK.deadline(lim.per_function_s).sooner(deadline)
+                    phase = MACHINE_CLOCK.deadline(lim.per_function_s).sooner(deadline)
                 elif isinstance(rec, Owner):
                     run.owner = rec.owner
                 elif isinstance(rec, Result):
@@ -443,8 +445,8 @@ def grade_submission(submission: Path, opts: Optional[Options] = None, *,
     lim = opts.limits
     submission = Path(submission).resolve()
     expected = _problems_for(opts.assignment)
-    started, effective = time.monotonic(), CLOCK.now()
-    deadline = CLOCK.deadline(lim.budget(len(expected)))
+    started, effective = time.monotonic(), MACHINE_CLOCK.now()
+    deadline = MACHINE_CLOCK.deadline(lim.budget(len(expected)))
     with tempfile.TemporaryDirectory(prefix="autograde-") as tmp:
         work = Path(tmp)
         # A private copy, named like the original and its folder (the assignment, in the
@@ -539,7 +541,7 @@ def grade_submission(submission: Path, opts: Optional[Options] = None, *,
             except OSError:  # the log is a help, never a reason to lose the grades
                 pass
     wall = time.monotonic() - started
-    if wall > 60 and CLOCK.now() - effective < 0.8 * wall:
+    if wall > 60 and MACHINE_CLOCK.now() - effective < 0.8 * wall:
         notes.append(f"grading took {wall:.0f} s on a busy machine; its time limits were "
                      "stretched to match, and no point depends on how long it took")
     if not opts.isolation:
