@@ -62,11 +62,14 @@ def test_pure_matmul_is_roofline(mesh):
     assert m.timeline.makespan == pytest.approx(expect, rel=1e-9)
     s = m.timeline.summary()
     assert s["comm_us"] == 0 and s["exposed_comm_us"] == pytest.approx(0, abs=1e-9)
-    # bf16 runs at the bf16 peak: six times the f32 rate on the MXU
+    # a bf16 dot is one MXU pass, as an f32 one at JAX's default precision is on a TPU: the
+    # same time for the same FLOPs (both compute-bound here), so splitting an f32 product into
+    # bf16 dots buys nothing
     ab, wb = _put(mesh, (1024, 2048), P("X", None), jnp.bfloat16), _put(
         mesh, (2048, 8192), P(None, "Y"), jnp.bfloat16)
     mb = _model(cm.matmul_unsharded_contracting, (ab, wb), mesh)
-    assert mb.timeline.makespan < m.timeline.makespan / 4
+    assert mb.timeline.makespan == pytest.approx(m.timeline.makespan, rel=1e-9)
+    assert V5E.matmul_flops("bf16") == V5E.matmul_flops("f32") == V5E.bf16_flops * chips.PASS_FLOPS
 
 
 def test_pure_all_gather_is_ring(mesh):
@@ -257,9 +260,9 @@ def test_calibration_ratios(published):
 
 @pytest.fixture(scope="module")
 def comm_bound(mesh):
-    B, D, F = 1024, 2048, 2048
-    a = _put(mesh, (B, D), P("X", "Y"), jnp.bfloat16)
-    w = _put(mesh, (D, F), P(None, "Y"), jnp.bfloat16)
+    B, D, F = 1024, 2048, 1024  # each step's f32 transfer outlasts its partial matmul
+    a = _put(mesh, (B, D), P("X", "Y"))
+    w = _put(mesh, (D, F), P(None, "Y"))
     return {k: _model(f, (a, w), mesh) for k, f in (
         ("mono", cm.matmul_allgather_monolithic), ("uni", cm.matmul_allgather_unidirectional),
         ("bidi", cm.matmul_allgather_bidirectional))}
