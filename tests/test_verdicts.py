@@ -146,6 +146,34 @@ def test_the_self_check_agrees_on_structure(path, function):
         assert "values differ" in problem, problem
 
 
+#: the speed message's counts (autograder.tpumodel.work.Floor.clause): the model's, XLA's
+_COUNTS = (r"the model counts (?P<model>[\d.e+-]+) GFLOP and XLA (?P<xla>[\d.e+-]+)",
+           r"XLA counts (?P<xla>[\d.e+-]+) GFLOP where the model counted (?P<model>[\d.e+-]+)")
+
+
+@pytest.mark.parametrize("path,function", ENTRIES, ids=[key(*e) for e in ENTRIES])
+def test_the_model_counts_at_least_xlas_flops(path, function):
+    """Every program the table models stands on at least XLA's FLOP count of the executable
+    the judge compiled (the grading reused from the verdict test: nothing is graded again):
+    either the model's own count is within the floor's slack of XLA's, or the message says
+    XLA's was used. The reference answers and the honest fixtures never need the floor."""
+    import re
+
+    from autograder.tpumodel.work import SLACK
+
+    speed = next((c for c in graded(path, function).checks if c.name == "speed"), None)
+    if speed is None or "modeled on TPU" not in speed.message:
+        pytest.skip("no modeled time: wrong values, refused or unpriced before the model")
+    got = [m for m in (re.search(r, speed.message) for r in _COUNTS) if m]
+    assert len(got) == 1, speed.message
+    model, xla = float(got[0]["model"]), float(got[0]["xla"])
+    floored = "the higher is used" in speed.message
+    # the figures are quoted to 4 digits
+    assert (floored and xla > model) or xla <= model * (1 + SLACK) * (1 + 1e-3), speed.message
+    honest = path.startswith("solutions/") or Path(path).stem.startswith("alt_")
+    assert not (honest and floored), speed.message
+
+
 # ------------------------------------------------------------------------- as a script
 def main(argv=None) -> int:
     import argparse

@@ -262,6 +262,8 @@ def speed(problem: Problem, t: Timing) -> CheckResult:
         if bounds:
             figures += (f"; an upper bound, since the model cannot know which way the program "
                         f"goes ({'; '.join(bounds)})")
+        if m.get("flops_clause"):  # the model's FLOPs against XLA's (tpumodel.work)
+            figures += f"; {m['flops_clause']}"
         devices = (m.get("student") or {}).get("devices")
         if devices:
             slowest = "" if counted else f" (device {m['student'].get('device')})"

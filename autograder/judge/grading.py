@@ -1052,7 +1052,9 @@ def _speed_check(programs: Programs, modeler, *, rules: bool,
 
                 with phase("speed: model"), grader_work("the TPU model"):
                     modeled = modeler(problem, None, mesh, args, program=True,
-                                      texts=(st_text, base_text), pinned=pinned) or {}
+                                      texts=(st_text, base_text), pinned=pinned,
+                                      compiled=student) or {}
+                _check_floor(modeled)
             if "unreadable" in modeled:
                 return failed("speed", "the TPU model cannot price this program: "
                               f"{modeled['unreadable']}. Speed is judged by the model alone "
@@ -1079,6 +1081,22 @@ def _speed_check(programs: Programs, modeler, *, rules: bool,
                       platform=current_platform(), modeled=modeled if "ratio" in modeled else {})
     with grader_work("the speed check"):
         return checks.speed(problem, t)
+
+
+def _check_floor(modeled: dict) -> None:
+    """The model's FLOPs stand on XLA's count of the same executable (``modeled['flops']``,
+    :mod:`autograder.tpumodel.work`): a verdict whose count fell below it, the floor not
+    applied, is the grader's fault, never given."""
+    from ..tpumodel.work import SLACK
+
+    if "ratio" not in modeled:
+        return
+    flops = modeled.get("flops")
+    if flops is None:
+        raise GraderFault("the TPU model's verdict lacks XLA's FLOP count of the program")
+    if flops["xla"] is not None and flops["used"] * (1.0 + SLACK) < flops["xla"]:
+        raise GraderFault(f"the TPU model counted {flops['used']:.4g} FLOPs where XLA counts "
+                          f"{flops['xla']:.4g}, and the floor was not applied")
 
 
 #: interleaved timing rounds when wall-clock is the speed basis
