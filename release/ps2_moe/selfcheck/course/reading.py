@@ -90,7 +90,11 @@ def read_paths(exported, mesh, compiled_text: str, dynamic, inputs: tuple,
         paths: dict[tuple, tuple] = {}
         for d, counts in enumerate(per_device):
             paths.setdefault(counts.key(), (counts, []))[1].append(d)
-        return Paths([(tuple(devs), read(counts)) for counts, devs in paths.values()])
+        progs = [(tuple(devs), read(counts)) for counts, devs in paths.values()]
+        for _, prog in progs:  # what ran on some device is the written program's, for all
+            prog.ran_elsewhere = frozenset(o.index for _, other in progs if other is not prog
+                                           for o in other.ops if o.count != 0)
+        return Paths(progs)
     except LoopCountError as e:
         return Paths(error=count_error_text(e))
     except ProgramUnreadable as e:

@@ -311,7 +311,7 @@ def fuse(nodes: list[Node], live_out: frozenset) -> list[list[int]]:
     return [sorted(ms) for _, ms in sorted(members.items(), key=lambda kv: min(kv[1]))]
 
 
-def _dot_flops(n: Node) -> float:
+def dot_flops(n: Node) -> float:
     out = n.out[0]
     lhs = n.inputs[0].shape
     if n.opcode in ("dot", "ragged-dot"):
@@ -330,7 +330,7 @@ def _dot_flops(n: Node) -> float:
     return 2.0 * out.size * rhs.size / max(feat, 1)
 
 
-def _vector_ops(n: Node) -> float:
+def vector_ops(n: Node) -> float:
     """Elements a vector-unit op computes: its result's (a reduction: its inputs')."""
     if n.opcode in ("reduce", "reduce-window"):
         half = max(1, len(n.inputs) // 2)  # (operands..., init values...)
@@ -410,9 +410,9 @@ def build_tasks(nodes: list[Node], out_value, geo: Geometry, chip: chipmod.Chip,
             n = nodes[m]
             if n.opcode in HEAVY:
                 dt = n.inputs[0].shape.dtype
-                flops_by_dtype[dt] = flops_by_dtype.get(dt, 0.0) + _dot_flops(n)
+                flops_by_dtype[dt] = flops_by_dtype.get(dt, 0.0) + dot_flops(n)
             elif n.opcode in VECTOR:
-                vector += _vector_ops(n)
+                vector += vector_ops(n)
             for i, l in enumerate(n.inputs):
                 if l.deps and l.deps <= mset:
                     continue  # produced inside the kernel

@@ -297,6 +297,10 @@ class Program:
     #: mesh axes (of size > 1) a shard_map leaves to the compiler (``axis_names`` naming only
     #: some axes): inside it, an array spans their whole extent, and so do its bytes as read
     auto_axes: tuple[str, ...] = ()
+    #: indices of the ops that ran (count not 0) on devices whose path is read as another
+    #: Program (the devices ran different loop counts or branches): the compiled module, one
+    #: for all devices, holds them whichever path this is
+    ran_elsewhere: frozenset = frozenset()
 
     # -- queries used by the structure rules -------------------------------------------------
     def collectives(self, kind: str | None = None, axis: str | None = None) -> list[Op]:

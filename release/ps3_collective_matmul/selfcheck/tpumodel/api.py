@@ -19,6 +19,7 @@ from . import chips as chipmod
 from .cost import Geometry, build_tasks
 from .hlo import Budget, DataDependentLoop, ModelError, parse_module, run_device
 from .schedule import Timeline, schedule
+from .work import Floor, floored, static_work, xla_flops
 
 #: the dump that holds the partitioned per-device module (single-device programs have none)
 _PASS_RE = "spmd-partitioning"
@@ -260,7 +261,8 @@ def modeled_threshold(problem) -> float:
 
 def grading_modeler(problem, fn, mesh, args, *, chip=None, program=False,
                     texts: Optional[tuple[str, str]] = None,
-                    pinned: Optional[Callable[[], tuple[str, tuple[int, ...]]]] = None) -> dict:
+                    pinned: Optional[Callable[[], tuple[str, tuple[int, ...]]]] = None,
+                    compiled=None) -> dict:
     """The ``modeler`` hook of :func:`autograder.judge.grading.grade_function`.
 
     Returns ``{'chip', 'student_us', 'baseline_us', 'ratio', 'threshold', ...}``, or
@@ -269,7 +271,10 @@ def grading_modeler(problem, fn, mesh, args, *, chip=None, program=False,
     on a laxer basis). Any other error is the model's own and propagates (the grader's fault).
     ``pinned()``: for a program whose loops run as often as its data says, the partitioned
     module of the same program with each loop's trip count fixed to what a run on the
-    grading input counted, and those counts (see :mod:`autograder.tpumodel.loops`)."""
+    grading input counted, and those counts (see :mod:`autograder.tpumodel.loops`).
+    ``compiled``: the executable XLA compiled from the student's module ``texts[0]``: its own
+    FLOP count is the floor under the model's (:mod:`.work`), and ``'flops'`` holds both
+    counts (:meth:`.work.Floor.to_dict`)."""
     trips = None
     try:
         try:
@@ -282,12 +287,19 @@ def grading_modeler(problem, fn, mesh, args, *, chip=None, program=False,
                                texts=(text, texts[1]))
     except ModelError as e:
         return {"unreadable": str(e)[:300]}
+    floor = None
+    if compiled is not None and texts is not None:
+        floor = Floor(static_work(texts[0]), *xla_flops(compiled))
+        st = floored(st, floor)
     s, b = st.time_us, base.time_us
     out = {"chip": st.chip, "student_us": s, "baseline_us": b,
            "ratio": s / max(b, 1e-9), "threshold": modeled_threshold(_problem(problem)),
            "student": st.summary(), "baseline": base.summary()}
     if trips is not None:
         out["trips"] = list(trips)
+    if floor is not None:
+        out["flops"] = floor.to_dict()
+        out["flops_clause"] = floor.clause()
     return out
 
 

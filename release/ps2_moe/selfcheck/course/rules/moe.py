@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...core.results import failed, passed
-from ..added import added_collectives
+from ..added import added_by_xla
 from . import base as rules
 
 
@@ -83,9 +83,7 @@ def no_activation_gather_over_x(prog, mesh, problem):
               and o.kind not in ("all_to_all", "ragged_all_to_all")]
     # and what XLA adds over X (at the shard_map's boundary, in global-view code around it),
     # an all-to-all too: only the program's own exchange is the exchange
-    others += [o for o in added_collectives(prog.compiled_text, tuple(mesh.devices.shape),
-                                            tuple(str(a) for a in mesh.axis_names))
-               if "X" in o.axes]
+    others += [o for o in added_by_xla(prog, mesh) if "X" in o.axes]
     total = sum(delivered_bytes(o, mesh) * o.runs for o in others)
     rows_in_loop = [o for o in others if o.count is None and o.out_shapes
                     and len(o.out_shapes[0]) >= 2]

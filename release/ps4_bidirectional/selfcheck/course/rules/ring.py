@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from ...core.program import Op, Program, signed_shift
 from ...core.results import CheckResult, failed, passed
-from ..added import added_collectives
+from ..added import added_by_xla
 from .base import CLAUSES, HOW_TO_LOOK, rule_factory, uses_shard_map
 
 #: slack on the byte rules, as a fraction of one block (or tile): rounding and a little
@@ -165,8 +165,7 @@ def ring_rule(variant: str, *, bidirectional: bool = False):
         # every collective that ran, scalars too: a scalar all_gather in a loop moves a whole
         # array an element at a time
         cols = [o for o in prog.collectives() if o.count != 0]
-        added = added_collectives(prog.compiled_text, tuple(mesh.devices.shape),
-                                  tuple(str(a) for a in mesh.axis_names))
+        added = added_by_xla(prog, mesh)
         if added:
             o = added[0]
             return _fail(f"write every transfer yourself, and give shard_map the in_specs and "
