@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -31,6 +32,12 @@ ROOT = Path(__file__).resolve().parent.parent
 PATHS = ["tests", "autograder/tests"]
 #: pytest's "no tests were collected": a phase with nothing to run has nothing to fail
 NO_TESTS = 5
+
+
+def _cpu_s() -> float:
+    """CPU seconds (user and system) of the finished child processes and theirs, so far."""
+    use = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return use.ru_utime + use.ru_stime
 
 
 def _phase(select: str, parallel: bool, workers: int, extra: list[str], xml: Path) -> tuple[int, float]:
@@ -65,6 +72,8 @@ def main(argv=None) -> int:
                          "or 4: most tests wait on a grader's processes, so twice the machine's "
                          "2 cores keeps both busy)")
     ap.add_argument("--slowest", type=int, default=25)
+    ap.add_argument("--durations-file", type=Path, default=None,
+                    help="also write every test's seconds, outcome and phase there (TSV)")
     ap.add_argument("pytest_args", nargs="*", help="passed to pytest (after --)")
     a = ap.parse_args(argv)
     base = f"({a.select}) and " if a.select else ""
@@ -76,10 +85,15 @@ def main(argv=None) -> int:
             print(f"\n== {name} phase: -m \"{select}\"" +
                   (f", {a.workers} workers" if parallel else ", one test at a time"), flush=True)
             xml = Path(tmp) / f"{name}.xml"
+            cpu = _cpu_s()
             rc, took = _phase(select, parallel, a.workers, a.pytest_args, xml)
-            results.append((name, rc, took, _cases(xml)))
+            results.append((name, rc, took, _cpu_s() - cpu, _cases(xml)))
     total = time.monotonic() - t0
     every = sorted((c for *_, cs in results for c in cs), reverse=True)
+    if a.durations_file is not None:
+        a.durations_file.write_text("".join(
+            f"{secs:.2f}\t{outcome}\t{name}\t{test}\n"
+            for name, *_, cs in results for secs, test, outcome in sorted(cs, reverse=True)))
     print(f"\n== the {a.slowest} slowest tests (seconds, both phases)")
     for secs, name, _ in every[:a.slowest]:
         print(f"{secs:8.1f}  {name}")
@@ -90,13 +104,16 @@ def main(argv=None) -> int:
           f"{sum(files.values()) / 60:.1f} min in all)")
     for path, secs in sorted(files.items(), key=lambda kv: -kv[1])[:12]:
         print(f"{secs:8.1f}  {path}")
-    for name, rc, took, cs in results:
-        print(f"== {name} phase: {len(cs)} tests in {took / 60:.1f} min "
+    for name, rc, took, cpu, cs in results:
+        # CPU over wall: how many cores the phase kept busy (the machine's processes that
+        # ended, the graders' sandboxes included)
+        print(f"== {name} phase: {len(cs)} tests in {took / 60:.1f} min, {cpu / 60:.1f} min "
+              f"of CPU ({cpu / max(took, 1e-9):.1f} cores busy) "
               f"({'passed' if rc == 0 else f'FAILED, exit {rc}'})")
     print(f"== the suite took {total / 60:.1f} min")
     count = {k: sum(1 for *_, o in every if o == k) for k in ("passed", "failed", "skipped")}
     print(f"suite: {count['passed']} passed, {count['failed']} failed, {count['skipped']} skipped")
-    return next((rc for _, rc, _, _ in results if rc != 0), 0)
+    return next((rc for _, rc, *_ in results if rc != 0), 0)
 
 
 if __name__ == "__main__":
