@@ -217,3 +217,33 @@ def test_each_call_site_of_a_helper_is_counted_apart():
     assert exp.mlir_module().count("stablehlo.case") == 1
     (counts,) = loops.device_counts(exp, [x, flags], (1,), ("X",))
     assert sorted(counts.branches.values()) == [(0, 1), (1, 0), (1, 0)], counts.branches
+
+
+def test_nested_shard_maps_are_counted_per_device():
+    """An outer shard_map over X and an inner one over Y: the inner loop's count and branch
+    are each device's own, read in the mesh's device order (issue 41: "a loop inside nested
+    shard_maps cannot be counted" once failed an honest ring on structure)."""
+    mesh = make_mesh(4, 2)
+    k = jnp.asarray([[1, 4], [0, 2], [5, 3], [2, 6]], jnp.int32)  # device (x, y) runs k[x, y]
+
+    def inner(a, kk):
+        n = kk[0, 0]
+        a = jax.lax.while_loop(lambda s: s[0] < n, lambda s: (s[0] + 1, s[1] * 2.0),
+                               (0, a))[1]
+        return jax.lax.cond(n > 2, lambda v: v + 1.0, lambda v: v - 1.0, a)
+
+    def outer(a, kk):
+        return jax.shard_map(inner, in_specs=(P(None, "Y"), P(None, "Y")),
+                             out_specs=P(None, "Y"), axis_names={"Y"})(a, kk)
+
+    fn = jax.jit(jax.shard_map(outer, mesh=mesh, in_specs=(P("X", None), P("X", None)),
+                               out_specs=P("X", None), axis_names={"X"}))
+    a = jax.device_put(jnp.ones((4, 2)), NamedSharding(mesh, P("X", "Y")))
+    kk = jax.device_put(k, NamedSharding(mesh, P("X", "Y")))
+    run = loops.count_run(_export(fn, a, kk), [a, kk])
+    np.testing.assert_array_equal(np.asarray(run.out), np.asarray(fn(a, kk)))
+    per = run.per_device((4, 2), ("X", "Y"))
+    flat = np.asarray(k).reshape(-1)
+    assert [c.trips[0] for c in per] == flat.tolist()
+    assert [c.branches[0] for c in per] == [(0, 1) if n > 2 else (1, 0) for n in flat]
+    assert run.trips() == (6,)

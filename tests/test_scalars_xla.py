@@ -92,10 +92,10 @@ def _specials(t: str) -> list:
             float(fi.eps), np.inf, -np.inf, np.nan, -np.nan]
 
 
-def _operands(t: str, rng, n: int = N, role: int = 0) -> np.ndarray:
+def _operands(t: str, rng, role: int = 0) -> np.ndarray:
     """``n`` values of ``t``: the edge values' cross product first (``role`` 0 and 1 are the
     two sides of it), then seeded random ones, half of them special values."""
-    dt = _dtype(t)
+    dt, n = _dtype(t), N
     edges = np.array(_edges(t), dtype=object)
     cross = (np.repeat(edges, len(edges)) if role == 0 else np.tile(edges, len(edges)))
     m = n - len(cross)

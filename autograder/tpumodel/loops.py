@@ -256,31 +256,36 @@ class _Escaper:
 
     def _out_of_shard_map(self, op, value, tag):
         """Inside, the count is this device's; outside, one entry per device along the manual
-        axes (the busiest device is read later)."""
+        axes (the busiest device is read later). A count already carried out of an inner
+        shard_map is a vector over the inner axes: outside this one it becomes one row per
+        position along this one's axes, flattened (outer axes major, as :class:`Tag` lists
+        them), so nested shard_maps are counted like any other region."""
         manual = re.findall(r'"([^"]+)"', str(op.attributes["manual_axes"]))
         shardings = str(op.attributes["out_shardings"])
         m = re.search(r"@([\w.$\-]+)", str(op.attributes["in_shardings"])) or \
             re.search(r"@([\w.$\-]+)", shardings)
         sizes = dict(self.meshes.get(m.group(1), [])) if m else {}
-        if any(a not in sizes for a in manual):
+        if any(a not in sizes for a in manual) or set(manual) & set(tag.manual):
             raise LoopCountError("the shard_map's mesh could not be read")
         n = int(np.prod([sizes[a] for a in manual], dtype=np.int64))
+        inner = [int(d) for d in ir.RankedTensorType(value.type).shape]  # [] or [m]
+        i32 = ir.IntegerType.get_signless(32)
         block = op.regions[0].blocks[0]
         ip = ir.InsertionPoint(_terminator(block))
-        local = ir.RankedTensorType.get([1], ir.IntegerType.get_signless(32))
-        one = hlo.ReshapeOp(local, value, ip=ip).result
+        one = hlo.ReshapeOp(ir.RankedTensorType.get([1] + inner, i32), value, ip=ip).result
         _set_terminator(block, list(_terminator(block).operands) + [one])
-        glob = ir.RankedTensorType.get([n], ir.IntegerType.get_signless(32))
-        new = _replace(op, [], [glob])
+        new = _replace(op, [], [ir.RankedTensorType.get([n] + inner, i32)])
         axes = ", ".join(f'"{a}"' for a in manual)
-        spec = f'<@{m.group(1)}, [{{{axes}}}]>'
+        dims = ", ".join([f"{{{axes}}}"] + ["{}"] * len(inner))
+        spec = f'<@{m.group(1)}, [{dims}]>'
         text = re.sub(r"\]>\s*$", f", {spec}]>", shardings) if "<@" in shardings else \
             f"#sdy.sharding_per_value<[{spec}]>"
         new.attributes["out_shardings"] = ir.Attribute.parse(text)
-        if tag.manual:
-            raise LoopCountError("a loop or branch inside nested shard_maps cannot be counted")
-        self.escape(new.results[len(new.results) - 1],
-                    dataclasses.replace(tag, manual=tuple(manual)))
+        out = new.results[len(new.results) - 1]
+        if inner:  # [n, m] -> [n * m]
+            flat = ir.RankedTensorType.get([n * int(np.prod(inner, dtype=np.int64))], i32)
+            out = hlo.ReshapeOp(flat, out, ip=ir.InsertionPoint.after(new)).result
+        self.escape(out, dataclasses.replace(tag, manual=tuple(manual) + tuple(tag.manual)))
 
 
 # -- the two rewrites --------------------------------------------------------------------------
