@@ -217,3 +217,124 @@ def test_each_call_site_of_a_helper_is_counted_apart():
     assert exp.mlir_module().count("stablehlo.case") == 1
     (counts,) = loops.device_counts(exp, [x, flags], (1,), ("X",))
     assert sorted(counts.branches.values()) == [(0, 1), (1, 0), (1, 0)], counts.branches
+
+
+def test_nested_shard_maps_are_counted_per_device():
+    """An outer shard_map over X and an inner one over Y: the inner loop's count and branch
+    are each device's own, read in the mesh's device order (issue 41: "a loop inside nested
+    shard_maps cannot be counted" once failed an honest ring on structure)."""
+    mesh = make_mesh(4, 2)
+    k = jnp.asarray([[1, 4], [0, 2], [5, 3], [2, 6]], jnp.int32)  # device (x, y) runs k[x, y]
+
+    def inner(a, kk):
+        n = kk[0, 0]
+        a = jax.lax.while_loop(lambda s: s[0] < n, lambda s: (s[0] + 1, s[1] * 2.0),
+                               (0, a))[1]
+        return jax.lax.cond(n > 2, lambda v: v + 1.0, lambda v: v - 1.0, a)
+
+    def outer(a, kk):
+        return jax.shard_map(inner, in_specs=(P(None, "Y"), P(None, "Y")),
+                             out_specs=P(None, "Y"), axis_names={"Y"})(a, kk)
+
+    fn = jax.jit(jax.shard_map(outer, mesh=mesh, in_specs=(P("X", None), P("X", None)),
+                               out_specs=P("X", None), axis_names={"X"}))
+    a = jax.device_put(jnp.ones((4, 2)), NamedSharding(mesh, P("X", "Y")))
+    kk = jax.device_put(k, NamedSharding(mesh, P("X", "Y")))
+    run = loops.count_run(_export(fn, a, kk), [a, kk])
+    np.testing.assert_array_equal(np.asarray(run.out), np.asarray(fn(a, kk)))
+    per = run.per_device((4, 2), ("X", "Y"))
+    flat = np.asarray(k).reshape(-1)
+    assert [c.trips[0] for c in per] == flat.tolist()
+    assert [c.branches[0] for c in per] == [(0, 1) if n > 2 else (1, 0) for n in flat]
+    assert run.trips() == (6,)
+
+
+def _shift_branch_program(mesh, per_device: bool):
+    """A shard_map whose branch hangs on an arithmetic shift of an unsigned value:
+    ``0x80000000 >> 31`` copies the top bit on the device (0xFFFFFFFF), so ``== 1`` is false and
+    every device runs the blocking all-gather. With ``per_device``, the odd devices along Y
+    shift 0x80000000 and the even ones 0, and ``> 1`` sends only the odd ones to the zeros (the
+    other branch then multiplies the local blocks: a collective that only some devices of its
+    group run would never finish)."""
+    def local(a, w):
+        y = jax.lax.axis_index("Y").astype(jnp.uint32)
+        top = jnp.uint32(0x80000000) * (y % 2 if per_device else jnp.uint32(1))
+        ones = jax.lax.shift_right_arithmetic(top, jnp.uint32(31))
+        cheap = (ones > 1) if per_device else (ones == 1)
+        return jax.lax.cond(cheap, lambda a, w: jnp.zeros_like(a @ w[:a.shape[1]]),
+                            (lambda a, w: a @ w[:a.shape[1]]) if per_device else
+                            (lambda a, w: jax.lax.all_gather(a, "Y", axis=1, tiled=True) @ w),
+                            a, w)
+
+    return jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(P("X", "Y"), P(None, "Y")),
+                                 out_specs=P("X", "Y")))
+
+
+def _logical_shift_evaluator(monkeypatch):
+    """The scalar evaluator as it was before issue 41: an arithmetic shift of an unsigned value
+    evaluated as a logical one (``0x80000000 >> 31`` is 1), a wrong reading of the device."""
+    from autograder.tpumodel import scalars
+
+    right = scalars.evaluate
+
+    def wrong(op, out_type, attrs, values):
+        if op == "shift-right-arithmetic" and out_type.startswith("u"):
+            op = "shift-right-logical"
+        return right(op, out_type, attrs, values)
+
+    monkeypatch.setattr(scalars, "evaluate", wrong)
+
+
+def test_the_model_follows_the_branch_the_device_ran(monkeypatch):
+    """Where the model's own reading of a branch index is wrong (an evaluator that shifts the
+    wrong way), the run of the same program decides: the model prices the branch the devices
+    ran, as it does with the right evaluator, and never the cheap branch no device takes."""
+    from autograder.tpumodel.api import compile_partitioned, model_hlo, model_measured
+    from autograder.tpumodel.hlo import RunDisagrees
+
+    mesh = make_mesh(4, 2)
+    a = jax.device_put(jnp.ones((64, 256)), NamedSharding(mesh, P("X", "Y")))
+    w = jax.device_put(jnp.ones((256, 256)), NamedSharding(mesh, P(None, "Y")))
+    geometry = ((4, 2), ("X", "Y"))
+    fn = _shift_branch_program(mesh, per_device=False)
+    exp = _export(fn, a, w)
+    text = compile_partitioned(jax.jit(exp.call).lower(a, w))[1]
+    run = loops.count_run(exp, [a, w])
+    counts = run.per_device(*geometry)
+    # cond's branch 0 is its false branch: the all-gather, on every device
+    assert run.taken(*geometry) == {0: (0,) * 8}
+    right = model_hlo(text, *geometry, measured=counts)  # the right reading agrees with the run
+
+    def pinned():
+        fixed = loops.pinned(exp, run.trips(), run.taken(*geometry))
+        np.testing.assert_array_equal(np.asarray(fixed.call(a, w)), np.asarray(fn(a, w)))
+        return compile_partitioned(jax.jit(fixed.call).lower(a, w))[1], run.trips(), 1
+
+    _logical_shift_evaluator(monkeypatch)
+    alone = model_hlo(text, *geometry)  # the wrong reading alone: the zeros branch
+    assert alone.time_us < right.time_us / 2
+    with pytest.raises(RunDisagrees, match="branches ran otherwise"):
+        model_hlo(text, *geometry, measured=counts)
+    followed = model_measured(text, *geometry, measured=lambda: counts, pinned=pinned)
+    assert followed.time_us == pytest.approx(right.time_us, rel=1e-6)
+    assert followed.branches == 1
+
+
+def test_branches_pinned_per_device():
+    """Devices that ran different branches each keep theirs in the pinned program (chosen by
+    the device's id): the same values, and the model prices every device as it ran."""
+    from autograder.tpumodel.api import compile_partitioned, model_hlo
+
+    mesh = make_mesh(4, 2)
+    a = jax.device_put(jnp.ones((64, 256)), NamedSharding(mesh, P("X", "Y")))
+    w = jax.device_put(jnp.ones((256, 256)), NamedSharding(mesh, P(None, "Y")))
+    fn = _shift_branch_program(mesh, per_device=True)
+    exp = _export(fn, a, w)
+    run = loops.count_run(exp, [a, w])
+    taken = run.taken((4, 2), ("X", "Y"))
+    assert taken == {0: (0, 1) * 4}  # even Y: the all-gather (branch 0); odd Y: the zeros
+    fixed = loops.pinned(exp, run.trips(), taken)
+    np.testing.assert_array_equal(np.asarray(fixed.call(a, w)), np.asarray(fn(a, w)))
+    text = compile_partitioned(jax.jit(fixed.call).lower(a, w))[1]
+    got = model_hlo(text, (4, 2), ("X", "Y"), measured=run.per_device((4, 2), ("X", "Y")))
+    assert got.devices == 8

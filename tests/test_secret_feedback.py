@@ -143,6 +143,11 @@ def test_a_modeled_speed_without_counted_loops_keeps_its_figures():
         0, 0, float("nan"), 0, "cpu", {**modeled, "trips": [3]})).message
     assert "device 3" not in counted and "1.11" not in counted, counted
     assert "yours is 1.1 (" in counted, counted
+    # branches priced as the secret case's run took them: the time follows them too
+    branched = checks.speed(registry.get("moe_all_to_all"), checks.Timing(
+        0, 0, float("nan"), 0, "cpu", {**modeled, "branches": 2})).message
+    assert "10.0" not in branched and "1.11" not in branched, branched
+    assert "2 conditionals modeled at the branch each device ran" in branched, branched
 
 
 

@@ -244,20 +244,24 @@ def speed(problem: Problem, t: Timing) -> CheckResult:
     # loops counted on the speed case (whose values are secret) decide the modeled time: a
     # program could make it encode an input value, so the time is not quoted then, nor the
     # slowest device, and the ratio only to one decimal
-    counted = bool(t.modeled and t.modeled.get("trips"))
+    counted = bool(t.modeled and (t.modeled.get("trips") or t.modeled.get("branches")))
     if t.modeled:
         m = t.modeled
         figures += (f"; modeled on TPU {m.get('chip', '?')}: {m['student_us']:.1f} us vs "
                     f"{m['baseline_us']:.1f} us (ratio {m['ratio']:.2f})" if not counted else
                     f"; modeled on TPU {m.get('chip', '?')}: the jit baseline "
                     f"{m['baseline_us']:.1f} us (ratio {m['ratio']:.1f}), your time and the ratio's further digits "
-                    f"not quoted, as they follow the secret case's loop counts")
+                    f"not quoted, as they follow the secret case's loop and branch counts")
         if m.get("trips"):  # counted on the speed case, whose values are secret: not quoted
             n = len(m["trips"])
             figures += (f", each loop modeled at the most iterations one entry of it ran on "
                         f"the grading input ({n} loop{'s' * (n != 1)}; the counts come from "
                         "the secret case and are not quoted: the notebook's tpu_profile counts "
                         "them on public inputs)")
+        if m.get("branches"):
+            n = m["branches"]
+            figures += (f", {n} conditional{'s' * (n != 1)} modeled at the branch each device "
+                        "ran on the grading input (a run decides, not the model's reading)")
         bounds = (m.get("student") or {}).get("bounds")
         if bounds:
             figures += (f"; an upper bound, since the model cannot know which way the program "

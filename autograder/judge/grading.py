@@ -529,10 +529,23 @@ class Programs:
 
         return self._once((self.plan.request(layout, case).id, "counted"), make)
 
-    def pinned_speed_program(self, layout, case: Case, mesh, args) -> tuple[str, tuple]:
-        """``(partitioned text, trip counts)`` of the speed case's program with each loop's trip
-        count fixed to what it runs on the speed case's own arrays (counted here, by running the
-        instrumented artifact; see :mod:`autograder.tpumodel.loops`)."""
+    def measured_counts(self, layout, case: Case, mesh, args) -> list:
+        """Per device of the speed case's mesh (row-major ids), what the one instrumented run of
+        its program counted (:meth:`counted_run`): what the TPU model's loops and branches
+        must be (:func:`autograder.tpumodel.api.model_measured`)."""
+        return self.counted_run(layout, case, args).per_device(*self._geometry(mesh))
+
+    def _geometry(self, mesh) -> tuple[tuple, tuple]:
+        """(mesh shape, axis names) as the counts are read: one device without a mesh."""
+        if not self.plan.problem.uses_mesh or mesh is None:
+            return (1,), ("X",)
+        return tuple(int(n) for n in mesh.devices.shape), tuple(str(a) for a in mesh.axis_names)
+
+    def pinned_speed_program(self, layout, case: Case, mesh, args) -> tuple[str, tuple, int]:
+        """``(partitioned text, trip counts, conditionals pinned)`` of the speed case's program
+        with each loop's trip count fixed to what it runs on the speed case's own arrays, and
+        each conditional that ran one branch per device fixed to it (counted here, by running
+        the instrumented artifact; see :mod:`autograder.tpumodel.loops`)."""
         def make():
             import jax
 
@@ -541,10 +554,11 @@ class Programs:
 
             art = self.artifact(layout, case)
             dynamic = _dynamic(self.plan.problem, args)
-            trips = self.counted_run(layout, case, args).trips()
-            lowered = jax.jit(pinned(art.exported, trips).call).lower(*dynamic)
+            run = self.counted_run(layout, case, args)
+            trips, taken = run.trips(), run.taken(*self._geometry(mesh))
+            lowered = jax.jit(pinned(art.exported, trips, taken).call).lower(*dynamic)
             # only its partitioned module is read (never run): the quickest compile
-            return compile_partitioned(lowered, on_cpu(FAST_CPU_COMPILE))[1], trips
+            return compile_partitioned(lowered, on_cpu(FAST_CPU_COMPILE))[1], trips, len(taken)
 
         return self._once((self.plan.request(layout, case).id, "pinned"), make)
 
@@ -1050,10 +1064,13 @@ def _speed_check(programs: Programs, modeler, *, rules: bool,
                     with student_work():
                         return programs.pinned_speed_program(layout, case, mesh, args)
 
+                def measured():  # the run that checked the values: no second one
+                    return programs.measured_counts(layout, case, mesh, args)
+
                 with phase("speed: model"), grader_work("the TPU model"):
                     modeled = modeler(problem, None, mesh, args, program=True,
                                       texts=(st_text, base_text), pinned=pinned,
-                                      compiled=student) or {}
+                                      measured=measured, compiled=student) or {}
                 _check_floor(modeled)
             if "unreadable" in modeled:
                 return failed("speed", "the TPU model cannot price this program: "

@@ -17,7 +17,8 @@ from typing import Callable, Optional
 
 from . import chips as chipmod
 from .cost import Geometry, build_tasks
-from .hlo import Budget, DataDependentLoop, ModelError, parse_module, run_device
+from .hlo import (Budget, DataDependentLoop, ModelError, RunDisagrees, parse_module,
+                  run_device)
 from .schedule import Timeline, schedule
 from .work import Floor, floored, static_work, xla_flops
 
@@ -98,9 +99,12 @@ class Modeled:
     devices: int = 1
     #: why the time is an upper bound (e.g. branches chosen by data, all costed)
     bounds: tuple = ()
-    #: per loop whose trip count depends on the data: the most iterations one entry of it ran
-    #: on the input it was counted on, which the model pinned (empty: no such loop)
+    #: per loop, where the model priced the program with its loops pinned to a run's counts:
+    #: the most iterations one entry of it ran on the input it was counted on (empty: the
+    #: model's own walk was used, or the program has no loop)
     trips: tuple = ()
+    #: how many conditionals the model priced at the branches a run took (pinned)
+    branches: int = 0
 
     @property
     def time_us(self) -> float:
@@ -145,10 +149,15 @@ def recorded(figures: dict, chip: str, mesh_shape, name: str = "jit baseline") -
 
 
 def model_hlo(text: str, mesh_shape=(1,), axis_names=("X",), chip=None,
-              device: Optional[int] = None, name: str = "") -> Modeled:
+              device: Optional[int] = None, name: str = "",
+              measured: Optional[list] = None) -> Modeled:
     """Model the per-device module ``text``. ``device=None``: the slowest device (only device 0
     is flattened unless a loop or a branch reads the device's position; then every device is,
-    and the slowest one is timed); an int: that device alone."""
+    and the slowest one is timed); an int: that device alone. ``measured``: per device (mesh
+    order) what a run of the same program counted
+    (:class:`~autograder.core.stablehlo.RunCounts`); where the model's walk of its loops and
+    branches is not that, :class:`RunDisagrees` is raised (:func:`model_measured` then prices
+    the program pinned to the run's counts)."""
     chip = chipmod.get_chip(chip)
     comps, entry = parse_module(text)
     geo = Geometry(tuple(mesh_shape), tuple(axis_names))
@@ -157,6 +166,12 @@ def model_hlo(text: str, mesh_shape=(1,), axis_names=("X",), chip=None,
     runs = [first]
     if device is None and first.device_dependent:
         runs += [run_device(comps, entry, d, budget=budget) for d in range(1, geo.n)]
+    if measured is not None:
+        for fl in runs:  # a walk that read no device position is every device's
+            for d in ([fl.device] if len(runs) > 1 else range(len(measured))):
+                why = fl.disagrees(measured[d])
+                if why is not None:
+                    raise RunDisagrees(f"device {d}: {why}")
     worst = None
     for fl in runs:
         timeline = schedule(build_tasks(fl.nodes, fl.out, geo, chip, fl.device))
@@ -166,6 +181,39 @@ def model_hlo(text: str, mesh_shape=(1,), axis_names=("X",), chip=None,
     bounds = tuple(dict.fromkeys(b for r in runs for b in r.bounds))
     return Modeled(timeline, chip.name, tuple(mesh_shape), name, device=fl.device,
                    devices=len(runs), bounds=bounds)
+
+
+def model_measured(text: str, mesh_shape=(1,), axis_names=("X",), chip=None, name: str = "",
+                   measured: Optional[Callable[[], list]] = None,
+                   pinned: Optional[Callable[[], tuple]] = None) -> Modeled:
+    """Model ``text`` with its loops and branches as the instrumented run of the same program
+    measured them, wherever a run measured them: the model's own evaluation of loop conditions
+    and branch indices (:mod:`.scalars`) only fills in what no run measured.
+
+    ``measured()``: per device, what the run counted (None, or a :class:`LoopCountError`: no
+    measurement). ``pinned()``: ``(text, trips, branches)``, the partitioned module of the same
+    program with every loop pinned to the run's counts and every conditional that ran one
+    branch per device pinned to it (:func:`~autograder.tpumodel.loops.pinned`), the trip
+    counts and how many conditionals were pinned. The walk of ``text`` is used where it is
+    what the run measured; a walk that differs (a loop or a branch the model would read
+    otherwise than the device ran it), or a loop only the data bounds, is priced pinned."""
+    counts = None
+    if measured is not None:
+        from .loops import LoopCountError
+
+        try:
+            counts = measured()
+        except LoopCountError:
+            counts = None  # nothing measured: the model's own reading (the rules say why)
+    try:
+        return model_hlo(text, mesh_shape, axis_names, chip=chip, name=name, measured=counts)
+    except (DataDependentLoop, RunDisagrees):
+        if pinned is None:
+            raise
+    text, trips, branches = pinned()
+    st = model_hlo(text, mesh_shape, axis_names, chip=chip, name=name)
+    st.trips, st.branches = tuple(trips), int(branches)
+    return st
 
 
 def _mesh_geometry(mesh):
@@ -261,7 +309,8 @@ def modeled_threshold(problem) -> float:
 
 def grading_modeler(problem, fn, mesh, args, *, chip=None, program=False,
                     texts: Optional[tuple[str, str]] = None,
-                    pinned: Optional[Callable[[], tuple[str, tuple[int, ...]]]] = None,
+                    pinned: Optional[Callable[[], tuple]] = None,
+                    measured: Optional[Callable[[], list]] = None,
                     compiled=None) -> dict:
     """The ``modeler`` hook of :func:`autograder.judge.grading.grade_function`.
 
@@ -269,22 +318,20 @@ def grading_modeler(problem, fn, mesh, args, *, chip=None, program=False,
     ``{'unreadable': why}`` when the student's program holds something the model cannot price
     (the speed check then fails and says why: a program the model cannot read is never judged
     on a laxer basis). Any other error is the model's own and propagates (the grader's fault).
-    ``pinned()``: for a program whose loops run as often as its data says, the partitioned
-    module of the same program with each loop's trip count fixed to what a run on the
-    grading input counted, and those counts (see :mod:`autograder.tpumodel.loops`).
+    ``measured()`` and ``pinned()`` (with ``texts``): the counts of the instrumented run of the
+    student's program on the grading input and the same program pinned to them, which the
+    model uses wherever its own walk differs (:func:`model_measured`).
     ``compiled``: the executable XLA compiled from the student's module ``texts[0]``: its own
     FLOP count is the floor under the model's (:mod:`.work`), and ``'flops'`` holds both
     counts (:meth:`.work.Floor.to_dict`)."""
-    trips = None
     try:
-        try:
-            st, base = compare(problem, fn, mesh, args, chip=chip, program=program, texts=texts)
-        except DataDependentLoop:
-            if pinned is None or texts is None:
-                raise
-            text, trips = pinned()
-            st, base = compare(problem, fn, mesh, args, chip=chip, program=program,
-                               texts=(text, texts[1]))
+        if texts is not None:
+            shape, names = _mesh_geometry(mesh if _problem(problem).uses_mesh else None)
+            st = model_measured(texts[0], shape, names, chip=chip, name="student",
+                                measured=measured, pinned=pinned)
+            base = model_hlo(texts[1], shape, names, chip=chip, name="jit baseline")
+        else:
+            st, base = compare(problem, fn, mesh, args, chip=chip, program=program)
     except ModelError as e:
         return {"unreadable": str(e)[:300]}
     floor = None
@@ -295,8 +342,10 @@ def grading_modeler(problem, fn, mesh, args, *, chip=None, program=False,
     out = {"chip": st.chip, "student_us": s, "baseline_us": b,
            "ratio": s / max(b, 1e-9), "threshold": modeled_threshold(_problem(problem)),
            "student": st.summary(), "baseline": base.summary()}
-    if trips is not None:
-        out["trips"] = list(trips)
+    if st.trips:
+        out["trips"] = list(st.trips)
+    if st.branches:
+        out["branches"] = st.branches
     if floor is not None:
         out["flops"] = floor.to_dict()
         out["flops_clause"] = floor.clause()
