@@ -273,8 +273,10 @@ check_slots(exchange_plan)
 # it offsets and sizes per destination), so no padding and no rounds are needed. XLA:CPU does
 # not implement it, which is why this notebook uses chunks.
 #
-# You may write the exchange as a helper (`exchange_in_chunks`) so that Problem 5 can reuse it;
-# if you do not want it, leave its stub alone.
+# Write `moe_all_to_all(A, B, W, mesh)` with `jax.shard_map`: the same inputs, per-device tiles
+# and output (`[S/X, F/Y]` per device, `out_specs=P('X', 'Y')`) as Problem 3. You may write the
+# exchange as a helper (`exchange_in_chunks`) so that Problem 5 can reuse it; if you do not want
+# it, leave its stub alone.
 
 # %% [solution] exchange_in_chunks moe_all_to_all
 
@@ -313,8 +315,9 @@ tpu_profile("moe_all_to_all", moe_all_to_all, mesh8)
 # %% [markdown]
 # ## Problem 5: top-k routing
 #
-# Most MoE layers send each token to `k` experts and combine the answers. Here `B: int32[S, k]`
-# sharded `P('X', None)`, and `Out[i]` is the **mean** over `j` of `A[i] @ W[B[i, j]]`.
+# Most MoE layers send each token to `k` experts and combine the answers. Write
+# `moe_topk(A, B, W, mesh)`, where now `B: int32[S, k]` is sharded `P('X', None)` (`A`, `W` and
+# the output as before), and `Out[i]` is the **mean** over `j` of `A[i] @ W[B[i, j]]`.
 #
 # Treat every (token, choice) pair as one item: `S/X * k` items per device, item `t` being row
 # `t // k` of your activations headed for expert `B.reshape(-1)[t]`. Exchange the items as in
