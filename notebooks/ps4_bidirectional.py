@@ -220,7 +220,8 @@ check_two_way_ring(halves)
 #
 # ## Problem 4.1: `matmul_allgather_bidirectional`
 #
-# `A[B_X, D_Y] @ W[D, F_Y] -> [B_X, F_Y]`, as in ps3, with the two-way schedule.
+# `A[B_X, D_Y] @ W[D, F_Y] -> [B_X, F_Y]` with the two-way schedule: `jax.shard_map` with
+# `in_specs=(P('X','Y'), P(None,'Y'))` and `out_specs=P('X','Y')`.
 
 # %% [solution] matmul_allgather_bidirectional
 
@@ -237,8 +238,9 @@ tpu_profile("matmul_allgather_bidirectional", matmul_allgather_bidirectional, me
 # %% [markdown]
 # ## Problem 4.2: `matmul_allreduce_bidirectional`
 #
-# `A[B_X, D_Y] @ W[D_Y, F] -> [B_X, F]` replicated over `Y`. A `psum` has no direction you can
-# choose, so write the all-reduce as two rings over output tiles `[B/X, F/Y]`:
+# `A[B_X, D_Y] @ W[D_Y, F] -> [B_X, F]` replicated over `Y`: `in_specs=(P('X','Y'),
+# P('Y', None))`, `out_specs=P('X', None)`. A `psum` has no direction you can choose, so write
+# the all-reduce as two rings over output tiles `[B/X, F/Y]`:
 #
 # 1. a **reduce-scatter ring**: running sums of the tiles travel until tile `k` is complete on
 #    device `k` (half of each tile's columns turning one way, half the other). The sums moving
@@ -278,9 +280,10 @@ tpu_profile("matmul_allreduce_bidirectional", matmul_allreduce_bidirectional, me
 # %% [markdown]
 # ## Problem 4.3: `matmul_reducescatter_bidirectional`
 #
-# `T[B_X, F_Y] @ W2[F_Y, D] -> [B_X, D_Y]`. Split each output block in two halves and run two
-# rings of running sums in opposite directions. The total sent must stay `Y - 1` output blocks
-# per device (`Y - 1` hops, as above).
+# `T[B_X, F_Y] @ W2[F_Y, D] -> [B_X, D_Y]`: `in_specs=(P('X','Y'), P('Y', None))`,
+# `out_specs=P('X','Y')`. Split each output block in two halves and run two rings of running
+# sums in opposite directions. The total sent must stay `Y - 1` output blocks per device
+# (`Y - 1` hops, as above).
 #
 # **Your turn first:** the sum for block `k` must reach device `k` last, complete. On the ring
 # whose sums move left (`j -> j - 1`), which block does device `i` add to at step `s`? And on
