@@ -273,8 +273,10 @@ check_slots(exchange_plan)
 # it offsets and sizes per destination), so no padding and no rounds are needed. XLA:CPU does
 # not implement it, which is why this notebook uses chunks.
 #
-# You may write the exchange as a helper (`exchange_in_chunks`) so that Problem 5 can reuse it;
-# if you do not want it, leave its stub alone.
+# Write `moe_all_to_all(A, B, W, mesh)` with `jax.shard_map`: the same inputs, per-device tiles
+# and output (`[S/X, F/Y]` per device, `out_specs=P('X', 'Y')`) as Problem 3. You may write the
+# exchange as a helper (`exchange_in_chunks`) so that Problem 5 can reuse it; if you do not want
+# it, leave its stub alone.
 
 # %% [solution] exchange_in_chunks moe_all_to_all
 
@@ -313,14 +315,24 @@ tpu_profile("moe_all_to_all", moe_all_to_all, mesh8)
 # %% [markdown]
 # ## Problem 5: top-k routing
 #
-# Most MoE layers send each token to `k` experts and combine the answers. Here `B: int32[S, k]`
-# sharded `P('X', None)`, and `Out[i]` is the **mean** over `j` of `A[i] @ W[B[i, j]]`.
+# Most MoE layers send each token to `k` experts and combine the answers. Write
+# `moe_topk(A, B, W, mesh)`, where now `B: int32[S, k]` is sharded `P('X', None)` (`A`, `W` and
+# the output as before), and `Out[i]` is the **mean** over `j` of `A[i] @ W[B[i, j]]`.
 #
-# Treat every (token, choice) pair as one item: `S/X * k` items per device, item `t` being row
-# `t // k` of your activations headed for expert `B.reshape(-1)[t]`. Exchange the items as in
-# Problem 4, then average each token's `k` results. Same rules as Problem 4: all-to-all, no
-# all-gather over `X`, small fixed chunks. Note that two choices of one token may name the same
-# expert; the mean still counts both.
+# Same rules as Problem 4: all-to-all, no all-gather over `X`, small fixed chunks. Note that two
+# choices of one token may name the same expert; the mean still counts both.
+#
+# **Question:** how do you turn `k` choices per token into the one-choice exchange you already
+# have? Decide what one unit of the exchange is, how many a device sends, which row of its
+# activations each one carries and to which expert, and how each token's `k` results meet again
+# at the end.
+#
+# <details><summary>Hint</summary>
+#
+# Make every (token, choice) pair one item: a device has `k` times as many items as tokens, and
+# each item carries its token's row to the expert of its choice. If you lay the items out in the
+# order of `B`'s flattened rows, each token's `k` results come back side by side.
+# </details>
 
 # %% [solution] moe_topk
 

@@ -198,10 +198,12 @@ tpu_profile("matmul_allgather", matmul_allgather, mesh)
 # %% [markdown]
 # ## Problem 3.1: the all-reduce matmul, tiled over the output
 #
-# Now `A[B_X, D_Y] @ W[D_Y, F] -> Out[B_X, F]`, replicated over `Y`. Here the *contracting*
-# dimension is split: each device can compute `A_tile @ W_tile`, a full-size `[B/X, F]` partial
-# sum, and the answer is the sum of those over `Y`. The naive version is one `psum` of the whole
-# partial product, which waits for the entire matmul and then blocks the chip again.
+# Write `matmul_allreduce(A, W, mesh)`: `A[B_X, D_Y] @ W[D_Y, F] -> Out[B_X, F]`, replicated
+# over `Y` (`in_specs=(P('X','Y'), P('Y', None))`, `out_specs=P('X', None)`). Here the
+# *contracting* dimension is split: each device can compute `A_tile @ W_tile`, a full-size
+# `[B/X, F]` partial sum, and the answer is the sum of those over `Y`. The naive version is one
+# `psum` of the whole partial product, which waits for the entire matmul and then blocks the
+# chip again.
 #
 # Tile over the output columns instead: compute the partial product for one tile of `F`, start
 # its `psum`, and compute the next tile while that one travels. Each `psum` is only a fraction
@@ -231,9 +233,11 @@ tpu_profile("matmul_allreduce", matmul_allreduce, mesh)
 # %% [markdown]
 # ## Problem 3.2: the reduce-scatter matmul, permuting the partial results
 #
-# The down-projection of a Transformer layer: `T[B_X, F_Y] @ W2[F_Y, D] -> Out[B_X, D_Y]`. Each
-# device holds a slice of the contracting dimension `F`, so every output block needs a
-# contribution from every device, but each device keeps only its own `[B/X, D/Y]` block.
+# Write `matmul_reducescatter(T, W2, mesh)`, the down-projection of a Transformer layer:
+# `T[B_X, F_Y] @ W2[F_Y, D] -> Out[B_X, D_Y]` (`in_specs=(P('X','Y'), P('Y', None))`,
+# `out_specs=P('X','Y')`). Each device holds a slice of the contracting dimension `F`, so every
+# output block needs a contribution from every device, but each device keeps only its own
+# `[B/X, D/Y]` block.
 #
 # Pass *running sums* around the ring instead of inputs: a device computes its contribution to
 # one output block, adds it to the partial sum it just received, and sends the result on. If you
@@ -245,13 +249,14 @@ tpu_profile("matmul_allreduce", matmul_allreduce, mesh)
 # Work out the schedule first: if sums move right (`j -> j+1`), which block must device `i`
 # work on at step `s` so that block `k` ends on device `k` after step `Y - 1`? Write your answer
 # as `my_block(i, s, ny)` in the next cell and run it: it checks your table for `Y = 2, 4, 8`
-# and prints the entries that break the ring. The first guess there, the all-gather ring's
-# table, is wrong on purpose: replace it.
+# and prints the entries that break the ring. The first guess there (every device adds to its
+# own block at every step) is wrong on purpose: replace it. Unlike the blocks of the all-gather
+# ring, a running sum must *end* on the device it belongs to, not start there.
 
 # %%
 def my_block(i, s, ny):
     """The output block whose running sum device i adds to at step s (sums move j -> j+1)."""
-    return (i + s) % ny  # the all-gather ring's table, which does not work here: replace it
+    return i  # a first guess: every device adds to its own block at every step
 
 
 check_schedule(my_block)
@@ -273,11 +278,22 @@ tpu_profile("matmul_reducescatter", matmul_reducescatter, mesh)
 # %% [markdown]
 # ## Problem 3.3: an MLP block with overlapped communication throughout
 #
-# Chain the two: `relu(In @ Win) @ Wout` with `In[B_X, D_Y]`, `Win[D, F_Y]`, `Wout[F_Y, D]` and
-# the output back in `In`'s layout `[B_X, D_Y]`. The up-projection is the all-gather ring, the
-# hidden activations `[B/X, F/Y]` never leave their device (the relu is elementwise), and the
-# down-projection is the reduce-scatter ring. One `shard_map` (or two) is fine; no all-gather,
-# no reduce-scatter, no psum.
+# Write `mlp_block(In, Win, Wout, mesh)`: `relu(In @ Win) @ Wout` with `In[B_X, D_Y]`,
+# `Win[D, F_Y]`, `Wout[F_Y, D]` and the output back in `In`'s layout `[B_X, D_Y]`
+# (`out_specs=P('X', 'Y')`). One `shard_map` (or two) is fine; no all-gather, no
+# reduce-scatter, no psum.
+#
+# Before you write it, look at the two matmuls. Which of your rings fits the up-projection, and
+# which the down-projection? The up-projection leaves each device some piece of the hidden
+# activations: which piece, and is it the piece the second ring needs as its input? Does the
+# relu between them have to wait for, or move, any data?
+#
+# <details><summary>Hint</summary>
+#
+# The first matmul has the shape of Problem 3.0 and leaves a `[B/X, F/Y]` tile on each device;
+# the second has the shape of Problem 3.2 and starts from exactly such a tile. A relu touches
+# each entry alone, so it runs on the tile where it is.
+# </details>
 
 # %% [solution] mlp_block
 

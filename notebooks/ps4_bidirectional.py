@@ -59,8 +59,9 @@
 #   an all-gather ring that hands the finished tiles round until every device has all of them.
 #
 # Which block a device holds, or adds to, at step `s` is index algebra you will do yourself
-# below: draw the ring for `Y = 4` and follow one block. If you get it wrong, `check` says which
-# blocks of the output are wrong, which tells you which step's index is off.
+# below: draw the ring for `Y = 4` and follow one block. Two practice cells (not graded) check
+# your tables before you write the code and say which device and step is off, and why. If an
+# index in your code is still wrong, `check` says which blocks of the output are wrong.
 #
 # The two-way versions below split each of these rings in two.
 
@@ -73,6 +74,8 @@ import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 # A timing against jit and the course's TPU model (their code is in the selfcheck folder).
 from selfcheck import time_vs_jit, tpu_profile
+# Ungraded practice checkers for the schedules you derive (code in the selfcheck folder).
+from selfcheck import check_two_way_ring, check_two_way_schedule
 
 mesh = make_mesh(2, 4)
 
@@ -179,17 +182,46 @@ print("ring sum on every device:", jax.shard_map(ring_sum, mesh=mesh, in_specs=P
 #
 # Cut device `i`'s block of `A` into a left half `L_i` and a right half `R_i`. Left halves
 # travel to the left (shift `-1`), right halves to the right (shift `+1`); each meets the
-# matching rows of `W` on every device it passes. Before you write code, fill in on paper the
-# table for `Y = 4`: which left half and which right half does device `i` hold after `s` steps,
-# for `s = 0 .. 3`? Your formulas are the indices your `dynamic_slice_in_dim` calls need.
+# matching rows of `W` on every device it passes.
 #
+# **Your turn:** after `s` steps, whose left half and whose right half does device `d` hold?
+# Fill in the table for `Y = 4` on paper (`s = 0 .. 3`), then write the rule as
+# `halves(d, step, ny)`, returning the pair `(left, right)` of block numbers. The cell prints
+# your table and checks it for `Y = 2, 4, 8`, naming the device and step where a half would
+# have to come from somewhere else. Your formulas are the indices your `dynamic_slice_in_dim`
+# calls need in Problem 4.1.
+#
+# <details><summary>Hint</summary>
+#
+# Follow the two halves that start on device 2 of a 4-device ring, one step at a time. Then
+# turn it round: a left half reaches device `d` from its right neighbour, so after one step `d`
+# holds the left half that device `d + 1` started with. What about the right halves, and after
+# `s` steps?
+# </details>
+
+# %%
+def halves(d, step, ny):
+    """(left, right): the blocks whose left half and right half device d holds after `step`
+    steps (left halves move j -> j - 1, right halves j -> j + 1)."""
+    return d, d  # a first guess in which nothing moves: replace it
+
+
+ny = 4
+print("step | " + " | ".join(f"device {d}" for d in range(ny)))
+for step in range(ny):
+    row = [f"L{halves(d, step, ny)[0] % ny} R{halves(d, step, ny)[1] % ny}" for d in range(ny)]
+    print(f"  {step}  | " + " | ".join(f"{c:8s}" for c in row))
+check_two_way_ring(halves)
+
+# %% [markdown]
 # Another valid plan sends *whole* blocks both ways and finishes in about `Y / 2` steps: fewer
 # steps (less latency), the same bytes. Either passes; pick one and make sure both directions
 # carry data.
 #
 # ## Problem 4.1: `matmul_allgather_bidirectional`
 #
-# `A[B_X, D_Y] @ W[D, F_Y] -> [B_X, F_Y]`, as in ps3, with the two-way schedule.
+# `A[B_X, D_Y] @ W[D, F_Y] -> [B_X, F_Y]` with the two-way schedule: `jax.shard_map` with
+# `in_specs=(P('X','Y'), P(None,'Y'))` and `out_specs=P('X','Y')`.
 
 # %% [solution] matmul_allgather_bidirectional
 
@@ -206,13 +238,15 @@ tpu_profile("matmul_allgather_bidirectional", matmul_allgather_bidirectional, me
 # %% [markdown]
 # ## Problem 4.2: `matmul_allreduce_bidirectional`
 #
-# `A[B_X, D_Y] @ W[D_Y, F] -> [B_X, F]` replicated over `Y`. A `psum` has no direction you can
-# choose, so write the all-reduce as two rings over output tiles `[B/X, F/Y]`:
+# `A[B_X, D_Y] @ W[D_Y, F] -> [B_X, F]` replicated over `Y`: `in_specs=(P('X','Y'),
+# P('Y', None))`, `out_specs=P('X', None)`. A `psum` has no direction you can choose, so write
+# the all-reduce as two rings over output tiles `[B/X, F/Y]`:
 #
 # 1. a **reduce-scatter ring**: running sums of the tiles travel until tile `k` is complete on
 #    device `k` (half of each tile's columns turning one way, half the other). The sums moving
 #    to `j - 1` need their own schedule: work out which block a device adds at step `s` when
-#    its partial sum arrives from `j + 1` (Problem 4.3 asks for the same derivation);
+#    its partial sum arrives from `j + 1` (Problem 4.3 asks for the same derivation, and its
+#    practice cell checks it);
 # 2. an **all-gather ring**: the finished tiles travel (again half each way) until every device
 #    has all of them, placed with `jax.lax.dynamic_update_slice_in_dim`.
 #
@@ -246,10 +280,37 @@ tpu_profile("matmul_allreduce_bidirectional", matmul_allreduce_bidirectional, me
 # %% [markdown]
 # ## Problem 4.3: `matmul_reducescatter_bidirectional`
 #
-# `T[B_X, F_Y] @ W2[F_Y, D] -> [B_X, D_Y]`. Split each output block in two halves and run two
-# rings of running sums in opposite directions. If sums turning right must reach block `k`'s
-# owner last, which block does device `i` add to at step `s`? And for sums turning left? The
-# total sent must stay `Y - 1` output blocks per device (`Y - 1` hops, as above).
+# `T[B_X, F_Y] @ W2[F_Y, D] -> [B_X, D_Y]`: `in_specs=(P('X','Y'), P('Y', None))`,
+# `out_specs=P('X','Y')`. Split each output block in two halves and run two rings of running
+# sums in opposite directions. The total sent must stay `Y - 1` output blocks per device
+# (`Y - 1` hops, as above).
+#
+# **Your turn first:** the sum for block `k` must reach device `k` last, complete. On the ring
+# whose sums move left (`j -> j - 1`), which block does device `i` add to at step `s`? And on
+# the ring whose sums move right? Write both as `sums(i, s, ny)`, returning the pair `(left,
+# right)`, and run the cell: it checks both rings for `Y = 2, 4, 8` and names the device and
+# step where a sum arrives that your table does not expect. The first guess there (every
+# device adds to its own block at every step) is wrong on purpose: replace it. Unlike the
+# blocks of Problem 4.1, a running sum must *end* on the device it belongs to, not start there.
+#
+# <details><summary>Hint</summary>
+#
+# Start from the end: at step `Y - 1` device `i` adds to its own block. Which device added to
+# that same sum one step earlier, on each ring? Keep walking back to step 0.
+# </details>
+
+# %%
+def sums(i, s, ny):
+    """(left, right): the output blocks whose running sums device i adds to at step s, on the
+    ring whose sums move j -> j - 1 and on the one whose sums move j -> j + 1."""
+    return i, i  # a first guess: every device adds to its own block at every step
+
+
+check_two_way_schedule(sums)
+
+# %% [markdown]
+# Now the function: two rings of running sums, each carrying one half of every output block's
+# columns, with the indices of your `sums` table.
 
 # %% [solution] matmul_reducescatter_bidirectional
 

@@ -11,7 +11,8 @@ def test_ring_table():
     assert practice.check_ring(lambda d, s, ny: (d + s) % ny) == []
     wrong = practice.ring_problems(lambda d, s, ny: (d - s) % ny)  # the other direction
     assert any("Y=4, step 1: device 0 receives block 1 from its right neighbour 1" in w and
-               "your table says it holds block 3" in w for w in wrong), wrong
+               "your table says it holds block 3: that is what its left neighbour 3 held, so "
+               "your blocks move right" in w for w in wrong), wrong
     wrong = practice.ring_problems(lambda d, s, ny: s)  # everyone holds the same block
     assert any("device 1 starts with its own block 1, not block 0" in w for w in wrong), wrong
 
@@ -21,8 +22,13 @@ def test_reduce_scatter_schedule():
     wrong = practice.schedule_problems(lambda i, s, ny: (i + s) % ny)  # the all-gather's table
     assert any("device 0 ends with the sum for block 1, not its own block 0" in w
                for w in wrong), wrong
-    assert any("step 1: device 1 receives the sum for block 0 from device 0 but adds to block 2"
-               in w for w in wrong), wrong
+    wrong = practice.schedule_problems(lambda i, s, ny: (i + s + 1) % ny)  # sums moving left
+    assert ("Y=4, step 1: device 1 receives the sum for block 1 from device 0 (which added to it "
+            "at step 0), but your table adds to block 3: that is the sum device 2 held, so your "
+            "sums move left") in wrong, wrong
+    wrong = practice.schedule_problems(lambda i, s, ny: i)  # the notebook's first guess
+    assert ("Y=4, step 1: device 1 receives the sum for block 0 from device 0 (which added to it "
+            "at step 0), but your table adds to block 1") in wrong, wrong
 
 
 def _plan(dest, nx, chunk):
@@ -55,3 +61,47 @@ def test_exchange_slots(capsys):
     practice.check_slots(lambda dest, nx, c: ([0] * len(dest), [0] * len(dest)))
     out = capsys.readouterr().out.splitlines()
     assert out[0].endswith("problems, the first ones:") and len(out) == 1 + practice.SHOWN
+
+
+def test_two_way_ring(capsys):
+    assert practice.check_two_way_ring(lambda d, s, ny: ((d + s) % ny, (d - s) % ny)) == []
+    assert "your table follows both rings" in capsys.readouterr().out
+    # the two directions swapped: named as such, by device, step and the neighbour it sends
+    wrong = practice.two_way_ring_problems(lambda d, s, ny: ((d - s) % ny, (d + s) % ny))
+    assert ("Y=4, step 1: device 0 receives the left half of block 1 from its right neighbour 1"
+            " (left halves move j -> j - 1; device 1 held it at step 0), but your table says it"
+            " holds the left half of block 3: that is what device 3 held, so your left halves"
+            " move the wrong way") in wrong[0], wrong
+    assert any("device 0 receives the right half of block 3 from its left neighbour 3" in w and
+               "so your right halves move the wrong way" in w for w in wrong), wrong
+    # halves that never move, and a wrong start
+    wrong = practice.two_way_ring_problems(lambda d, s, ny: (d, d))
+    assert "Y=2: device 0 holds the left halves of blocks [0] over the 2 steps" in "\n".join(
+        wrong), wrong
+    wrong = practice.two_way_ring_problems(lambda d, s, ny: ((d + s + 1) % ny, (d - s) % ny))
+    assert ("Y=2, step 0: device 0 starts with both halves of its own block 0, but your table "
+            "gives it the left half of block 1") in wrong[0], wrong
+    # not a pair, or an exception: said, not raised
+    assert "expected a pair (left, right) of block numbers, found 0" in \
+        practice.two_way_ring_problems(lambda d, s, ny: d)[0]
+    assert "your function raised ZeroDivisionError" in \
+        practice.two_way_ring_problems(lambda d, s, ny: 1 / 0)[0]
+
+
+def test_two_way_schedule():
+    assert practice.check_two_way_schedule(
+        lambda i, s, ny: ((i + s + 1) % ny, (i - s - 1) % ny)) == []
+    # the all-gather's table follows the rings but ends one block off
+    wrong = practice.two_way_schedule_problems(lambda i, s, ny: ((i + s) % ny, (i - s) % ny))
+    assert ("Y=4, step 3: on the ring moving left, device 0 adds last to the sum for block 3; "
+            "nothing is sent after that step, so it must be its own block 0") in wrong, wrong
+    assert not any("receives" in w for w in wrong), wrong
+    # the two rings swapped
+    wrong = practice.two_way_schedule_problems(
+        lambda i, s, ny: ((i - s - 1) % ny, (i + s + 1) % ny))
+    assert ("Y=4, step 1: on the ring moving left, device 0 receives the sum for block 0 from "
+            "device 1 (which added to it at step 0), but your table adds to block 2: that is "
+            "the sum device 3 held, so your sums move right") in wrong[0], wrong
+    assert ("Y=4, step 1: on the ring moving right, device 1 receives the sum for block 1 from "
+            "device 0 (which added to it at step 0), but your table adds to block 3: that is "
+            "the sum device 2 held, so your sums move left") in wrong, wrong

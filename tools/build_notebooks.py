@@ -307,7 +307,8 @@ EXPORTS = {
     "public.tools": ("compiled_collectives", "memory_profile", "time_vs_jit", "tpu_profile",
                      "written_collectives"),
     "public.check": ("PUBLIC", "CheckFailed", "check", "load_functions"),
-    "public.practice": ("check_ring", "check_schedule", "check_slots"),
+    "public.practice": ("check_ring", "check_schedule", "check_slots", "check_two_way_ring",
+                        "check_two_way_schedule"),
 }
 PACKAGE = "selfcheck"
 #: the contract, written from the registry (autograder.course.contract)
