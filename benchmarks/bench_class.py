@@ -167,7 +167,8 @@ def main(argv=None) -> int:
     ap.add_argument("--clones", type=int, default=10)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0, help="how the class is drawn")
-    ap.add_argument("--scheduler", help="grade on this Dask scheduler instead of locally")
+    ap.add_argument("--scheduler", help="grade on this Dask scheduler (tls://...) instead of "
+                    "locally, with the client credentials of $AUTOGRADER_CLUSTER_CREDENTIALS")
     ap.add_argument("--local-cluster", type=int, default=0, metavar="N",
                     help="grade on a Dask LocalCluster of N one-thread workers on this machine "
                          "(run it with 1 and with 2 to measure the scale-out)")
@@ -181,15 +182,22 @@ def main(argv=None) -> int:
         t0 = time.monotonic()
         warm_cache(opts)
         warm_s = time.monotonic() - t0
-        kw = {"scheduler": a.scheduler} if a.scheduler else {}
+        kw = {}
+        if a.scheduler:
+            from autograder.classroom import credentials
+
+            kw = {"scheduler": a.scheduler, "security": credentials.load().security()}
         with contextlib.ExitStack() as stack:
             if a.local_cluster:
                 from distributed import LocalCluster
+                from distributed.security import Security
 
+                # locked as a course's cluster is (TLS), with Dask's in-memory credentials
+                sec = Security.temporary()
                 cluster = stack.enter_context(LocalCluster(
                     n_workers=a.local_cluster, threads_per_worker=1, processes=True,
-                    dashboard_address=None))
-                kw = {"scheduler": cluster.scheduler_address}
+                    dashboard_address=None, protocol="tls://", security=sec))
+                kw = {"scheduler": cluster.scheduler_address, "security": sec}
             t0 = time.monotonic()
             outs = grade_all(tmp / "class", workers=a.workers, out=tmp / "out" / "grades.csv",
                              opts=opts, progress=True, warm=False, **kw)

@@ -1,4 +1,5 @@
-"""grade-all on a real Dask cluster: a scheduler and two workers, separate processes on loopback.
+"""grade-all on a real Dask cluster: a scheduler and two workers, separate processes on loopback,
+locked with the course's TLS certificates (``cluster-certs``), as docs/cluster.md sets one up.
 
 The same small class is graded locally and on the cluster with the same seed: every verdict,
 score and CSV row must agree; the reports are signed by this process and a second cluster run
@@ -25,7 +26,7 @@ pytestmark = pytest.mark.orchestration
 
 distributed = pytest.importorskip("distributed")
 
-from autograder.classroom import batch, cluster  # noqa: E402
+from autograder.classroom import batch, cluster, credentials  # noqa: E402
 from autograder.core import identity  # noqa: E402
 from autograder.core.results import shown  # noqa: E402
 from autograder.supervisor.options import Limits, Options  # noqa: E402
@@ -135,12 +136,22 @@ def _dask(which: str) -> list:
     return [sys.executable, "-m", f"distributed.cli.dask_{which}"]
 
 
+def _tls(creds: Path, role: str) -> list:
+    """The ``dask scheduler``/``dask worker`` options of ``role``'s files (docs/cluster.md)."""
+    cert, key = credentials.files_of(role)
+    return ["--tls-ca-file", str(creds / "ca.pem"), "--tls-cert", str(creds / cert),
+            "--tls-key", str(creds / key)]
+
+
 class Cluster:
     def __init__(self, tmp: Path):
         self.tmp = tmp
         self.procs: list = []
         self.workers: list = []
         self.file = tmp / "scheduler.json"
+        self.creds = tmp / "creds"
+        credentials.make_credentials(self.creds, days=1)
+        self.security = credentials.load(self.creds).security()
 
     def _start(self, cmd, name, **env) -> subprocess.Popen:
         full = dict(os.environ, JAX_NUM_CPU_DEVICES="8", TF_CPP_MIN_LOG_LEVEL="3",
@@ -153,8 +164,9 @@ class Cluster:
         return p
 
     def start(self, n_workers: int = 2) -> None:
-        self._start(_dask("scheduler") + ["--host", "127.0.0.1", "--port", "0",
-                                          "--scheduler-file", str(self.file), "--no-dashboard"],
+        self._start(_dask("scheduler") + ["--host", "127.0.0.1", "--port", "0", "--protocol",
+                                          "tls", "--scheduler-file", str(self.file),
+                                          "--no-dashboard"] + _tls(self.creds, "scheduler"),
                     "scheduler")
         t0 = time.monotonic()
         while not self.file.exists():
@@ -167,7 +179,7 @@ class Cluster:
             self.workers.append(self._start(
                 _dask("worker") + ["--scheduler-file", str(self.file), "--nworkers", "1",
                                    "--nthreads", "1", "--no-dashboard", "--memory-limit", "0",
-                                   "--host", "127.0.0.1"],
+                                   "--host", "127.0.0.1"] + _tls(self.creds, "worker"),
                 f"worker-{i}", AUTOGRADER_CACHE_DIR=str(cache), TMPDIR=str(scratch)))
         with self.client() as c:
             c.wait_for_workers(n_workers, timeout=90)
@@ -177,7 +189,8 @@ class Cluster:
         return json.loads(self.file.read_text())["address"]
 
     def client(self):
-        return distributed.Client(self.address, timeout=30, set_as_default=False)
+        return distributed.Client(self.address, timeout=30, set_as_default=False,
+                                  security=self.security)
 
     def stop(self) -> None:
         for p in self.procs:
@@ -205,7 +218,8 @@ def graded(dask_cluster, tmp_path_factory):
                             progress=False)
     t1 = time.monotonic()
     remote = batch.grade_all(cls, out=tmp / "cluster" / "grades.csv", opts=_opts(),
-                             progress=False, scheduler=dask_cluster.address)
+                             progress=False, scheduler=dask_cluster.address,
+                             security=dask_cluster.security)
     t2 = time.monotonic()
     print(f"local {t1 - t0:.1f} s, cluster {t2 - t1:.1f} s")
     return tmp, cls, local, remote
@@ -245,11 +259,12 @@ def test_reports_signed_here_and_resumed(graded, dask_cluster):
     for o in remote:
         path = reports / o.item.student / "ps1_sharding.json"
         rep = batch.verified(path, batch.fingerprint(o.item, _opts()), key)
-        assert rep is not None and rep["worker"].endswith(")") and "tcp://" in rep["worker"]
+        assert rep is not None and rep["worker"].endswith(")") and "tls://" in rep["worker"]
     # the workers graded with their own caches, never this process's
     assert any((dask_cluster.tmp / f"worker-cache-{i}" / "isolated").is_dir() for i in (0, 1))
     again = batch.grade_all(cls, out=tmp / "cluster" / "grades.csv", opts=_opts(),
-                            progress=False, scheduler=dask_cluster.address)
+                            progress=False, scheduler=dask_cluster.address,
+                            security=dask_cluster.security)
     assert len(again) == 3 and all(o.skipped for o in again)
     rows = list(csv.DictReader(open(tmp / "cluster" / "grades.csv")))
     assert {r["student"]: float(r["total"]) for r in rows} == {
@@ -267,7 +282,8 @@ def test_killed_worker_task_is_retried_elsewhere(dask_cluster, tmp_path):
     def run():
         try:
             result["out"] = batch.grade_all(cls, out=tmp_path / "g.csv", opts=_opts(),
-                                            progress=False, scheduler=dask_cluster.address)
+                                            progress=False, scheduler=dask_cluster.address,
+                                            security=dask_cluster.security)
         except BaseException as e:  # noqa: BLE001
             result["error"] = e
 
@@ -305,7 +321,8 @@ def test_a_killed_worker_takes_its_judge_and_sandbox_with_it(dask_cluster, tmp_p
                         "lambda c: c + 1.0, A)\n"})
     th = threading.Thread(target=lambda: batch.grade_all(
         cls, out=tmp_path / "g.csv", opts=_opts(only=["shard_average_jit"], per_function_s=12),
-        progress=False, scheduler=dask_cluster.address), daemon=True)  # the retry: one short limit
+        progress=False, scheduler=dask_cluster.address, security=dask_cluster.security),
+        daemon=True)  # the retry: one short limit
     th.start()
     with dask_cluster.client() as c:
         pids = c.run(os.getpid)  # worker address -> its process
@@ -397,9 +414,15 @@ def test_worker_without_isolation_sends_an_error(tmp_path, monkeypatch):
                         lambda: isolation.Availability(False, "no bubblewrap here"))
     out = cluster.GradeOutcome.from_dict(cluster.run_task(task.to_dict()))
     assert out.result is None and "cannot isolate" in out.error and "no bubblewrap" in out.error
-    other = cluster.GradeTask.of(item, _opts().to_dict(), grader="another")
-    out = cluster.GradeOutcome.from_dict(cluster.run_task(other.to_dict()))
+    key = bytes(range(32))
+    other = cluster.GradeTask.of(item, _opts().to_dict(), grader="another", task_id="t1",
+                                 run_key=key.hex())
+    d = cluster.run_task(other.to_dict())
+    # the worker signs its answer with the run's key, over the digest of the task it got
+    out = cluster.verify_outcome(d, key, cluster.task_digest(other.to_dict()))
     assert out.result is None and "not the one" in out.error
+    with pytest.raises(cluster.Unverified, match="another task"):
+        cluster.verify_outcome(d, key, cluster.task_digest(dict(other.to_dict(), task_id="t2")))
 
 
 def test_worker_cache_dir(tmp_path, monkeypatch):
@@ -419,3 +442,229 @@ def test_cli_without_distributed(tmp_path, monkeypatch):
     (tmp_path / "cls").mkdir()
     assert main(["grade-all", str(tmp_path / "cls"), "--scheduler", "tcp://127.0.0.1:1",
                  "--no-progress", "--out", str(tmp_path / "g.csv")]) == 2
+
+
+# -- the lock: TLS, and the answers' signatures ---------------------------------------------------
+
+
+def test_credentials_are_private_and_checked(tmp_path):
+    files = credentials.make_credentials(tmp_path / "c", days=2)
+    assert {f.name for f in files} == {"ca.pem", "scheduler.pem", "scheduler-key.pem",
+                                       "worker.pem", "worker-key.pem", "client.pem",
+                                       "client-key.pem"}  # the authority's key is not kept
+    assert all(f.stat().st_mode & 0o777 == 0o600 for f in files)
+    assert (tmp_path / "c").stat().st_mode & 0o777 == 0o700
+    with pytest.raises(FileExistsError, match="lock out"):
+        credentials.make_credentials(tmp_path / "c")
+    for role in credentials.ROLES:
+        assert credentials.check(credentials.load(tmp_path / "c", role)) == ""
+    creds = credentials.load(tmp_path / "c")
+    assert "BEGIN" not in repr(creds)  # never the key in a log
+    # a client certificate of another authority, a key of another certificate, out of date
+    credentials.make_credentials(tmp_path / "other")
+    other = credentials.load(tmp_path / "other")
+    assert "not signed by ca.pem" in credentials.check(
+        dataclasses.replace(creds, cert=other.cert, key=other.key))
+    assert "is not the key" in credentials.check(dataclasses.replace(creds, key=other.key))
+    import datetime
+
+    assert "not now" in credentials.check(creds, now=datetime.datetime.now(
+        datetime.timezone.utc) + datetime.timedelta(days=3))
+    os.chmod(tmp_path / "c" / "client-key.pem", 0o644)
+    with pytest.raises(credentials.CredentialsError, match="readable by others"):
+        credentials.load(tmp_path / "c")
+    with pytest.raises(credentials.CredentialsError, match="missing"):
+        credentials.load(tmp_path / "nowhere")
+
+
+def test_cli_refuses_a_scheduler_it_cannot_authenticate(tmp_path, monkeypatch, capsys):
+    """Said before anything is graded, without connecting: a plain address, no credentials,
+    credentials readable by others; --insecure-scheduler is said aloud."""
+    import argparse
+
+    from autograder.cli import grade_all
+    from autograder.cli.main import main
+
+    (tmp_path / "cls").mkdir()
+    monkeypatch.delenv(credentials.ENV, raising=False)
+    base = ["grade-all", str(tmp_path / "cls"), "--no-progress", "--out", str(tmp_path / "g.csv")]
+    assert main(base + ["--scheduler", "tcp://127.0.0.1:1"]) == 2
+    assert "not a TLS one" in capsys.readouterr().err
+    assert main(base + ["--scheduler", "tls://127.0.0.1:1"]) == 2
+    assert "no cluster credentials" in capsys.readouterr().err
+    credentials.make_credentials(tmp_path / "c", days=1)
+    os.chmod(tmp_path / "c" / "client-key.pem", 0o640)
+    monkeypatch.setenv(credentials.ENV, str(tmp_path / "c"))
+    assert main(base + ["--scheduler", "tls://127.0.0.1:1"]) == 2
+    assert "chmod 600" in capsys.readouterr().err
+    assert not (tmp_path / "g.csv").exists()  # nothing graded, nothing written
+    os.chmod(tmp_path / "c" / "client-key.pem", 0o600)
+    sec = grade_all._cluster_security(argparse.Namespace(
+        scheduler="tls://h:1", insecure_scheduler=False, cluster_credentials=None))
+    assert sec.require_encryption and "BEGIN CERTIFICATE" in sec.tls_client_cert
+    assert grade_all._cluster_security(argparse.Namespace(
+        scheduler="tcp://h:1", insecure_scheduler=True, cluster_credentials=None)) is None
+    assert "WARNING: --insecure-scheduler" in capsys.readouterr().err
+    with pytest.raises(credentials.CredentialsError, match="not a TLS one"):
+        cluster.connect("tcp://127.0.0.1:1", security=sec)  # the library refuses it too
+
+
+def test_doctor_reports_cluster_credentials(tmp_path, monkeypatch):
+    from autograder.cli import doctor
+
+    monkeypatch.delenv(credentials.ENV, raising=False)
+    f = doctor.check_cluster_credentials()
+    assert not f.ok and not f.required and "cluster-certs" in f.fix
+    credentials.make_credentials(tmp_path / "c", days=30)
+    monkeypatch.setenv(credentials.ENV, str(tmp_path / "c"))
+    f = doctor.check_cluster_credentials()
+    assert f.ok and "valid until" in f.detail, f.detail
+    os.chmod(tmp_path / "c" / "ca.pem", 0o644)
+    f = doctor.check_cluster_credentials()
+    assert not f.ok and "readable by others" in f.detail
+
+
+def test_secured_cluster_refuses_strangers(tmp_path):
+    """A LocalCluster locked with the course's certificates: the course's client runs a task;
+    a client without a certificate, with one of another authority, or over plain tcp is
+    refused by the scheduler; a scheduler of another authority is refused by the client."""
+    import operator
+    import socket
+    import ssl
+
+    from distributed.security import Security
+
+    credentials.make_credentials(tmp_path / "course", days=1)
+    credentials.make_credentials(tmp_path / "stranger", days=1)
+    course, stranger = (credentials.load(tmp_path / n) for n in ("course", "stranger"))
+    role = {r: credentials.load(tmp_path / "course", r) for r in ("scheduler", "worker")}
+    members = Security(require_encryption=True, tls_ca_file=course.ca,
+                       tls_scheduler_cert=role["scheduler"].cert,
+                       tls_scheduler_key=role["scheduler"].key,
+                       tls_worker_cert=role["worker"].cert, tls_worker_key=role["worker"].key,
+                       # the LocalCluster's own connection to its scheduler
+                       tls_client_cert=course.cert, tls_client_key=course.key)
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                                  protocol="tls://", host="127.0.0.1", security=members,
+                                  dashboard_address=":0") as lc:
+        addr = lc.scheduler_address
+        assert addr.startswith("tls://")
+        with cluster.connect(addr, security=course.security(), timeout=10) as c:
+            assert c.submit(operator.add, 1, 2).result() == 3
+        # a client certificate of another authority (it trusts the course's scheduler)
+        outsider = Security(require_encryption=True, tls_ca_file=course.ca,
+                            tls_client_cert=stranger.cert, tls_client_key=stranger.key)
+        with pytest.raises(cluster.SchedulerRefused, match="authenticate"):
+            cluster.connect(addr, security=outsider, timeout=5)
+        # the scheduler's certificate is not of the authority the client trusts
+        with pytest.raises(cluster.SchedulerRefused):
+            cluster.connect(addr, security=dataclasses.replace(course, ca=stranger.ca)
+                            .security(), timeout=5)
+        # plain tcp to the TLS port
+        with pytest.raises(OSError):
+            distributed.Client(addr.replace("tls://", "tcp://"), timeout=5,
+                               set_as_default=False)
+        # no certificate at all: the scheduler asks for one and ends the connection
+        host, port = addr.removeprefix("tls://").rsplit(":", 1)
+        ctx = ssl.create_default_context(cadata=course.ca)
+        ctx.check_hostname = False
+        with socket.create_connection((host, int(port)), timeout=5) as sock:
+            with pytest.raises((ssl.SSLError, ConnectionError)):
+                with ctx.wrap_socket(sock) as tls:
+                    tls.sendall(b"hello")
+                    assert tls.recv(16) == b""  # (closed) or SSLError: certificate required
+                    raise ConnectionError("closed by the scheduler")
+        # without credentials the client refuses a TLS scheduler before connecting
+        with pytest.raises(credentials.CredentialsError, match="no cluster credentials"):
+            cluster.connect(addr)
+
+
+def _result_of(names, *, passed=True) -> dict:
+    """A ``SubmissionResult.to_dict()`` of ps1_sharding's ``names``, as a worker makes it."""
+    from autograder.core.results import CheckResult, FunctionResult, SubmissionResult
+    from autograder.course import registry
+
+    fns = {}
+    for n in names:
+        p = registry.get(n)
+        fns[n] = FunctionResult(n, float(p.points), [CheckResult(c, passed, "ok")
+                                                     for c in p.check_names],
+                                weights=dict(p.weights))
+    return SubmissionResult(fns, "ps1_sharding").to_dict()
+
+
+def test_answers_are_verified_and_rechecked(tmp_path):
+    """A pure function of the answer, the run's key, the task's digest and the client's plan:
+    a wrong signature, another task, or a result its checks and the plan do not give is
+    rejected as the grader's fault (not graded), never a score."""
+    item = {i.student: i for i in batch.discover(make_class(tmp_path / "cls"))}["bob"]
+    expected = cluster.expected_for(item, dataclasses.replace(_opts(), with_speed=True))
+    assert expected.assignment == "ps1_sharding" and set(expected.functions) == set(FULL)
+    key, digest = b"k" * 32, "d" * 64
+    zero = _result_of(FULL, passed=False)
+
+    def answer(result, k=key, dg=digest) -> dict:
+        d = cluster.GradeOutcome(result=result, seconds=1.0, worker="tls://w", hostname="w",
+                                 digest=dg).to_dict()
+        d["signature"] = cluster.sign_outcome(d, k)
+        return d
+
+    good = cluster.accepted(answer(zero), key, digest, expected)
+    assert good.error is None and good.result == zero
+    full = _result_of(FULL)
+    forged = answer(zero)
+    forged["result"] = full  # bob's zero turned into full marks after signing
+    for bad, why in ((answer(zero, k=b"x" * 32), "not signed with this run's key"),
+                     (forged, "not signed with this run's key"),
+                     (dict(answer(zero), signature=""), "not signed"),
+                     (answer(zero, dg="e" * 64), "another task")):
+        with pytest.raises(cluster.Unverified, match=why):
+            cluster.verify_outcome(bad, key, digest)
+        out = cluster.accepted(bad, key, digest, expected)
+        assert out.result is None and "not graded (the grader's fault" in out.error
+    # signed, but not what the client's own plan and registry give
+    inflated = json.loads(json.dumps(zero))
+    inflated["functions"]["roll_diff"]["score"] = 4.0
+    inflated["score"] = 4.0
+    fewer = _result_of(["roll_diff"])
+    other = dict(zero, assignment="ps2_collectives")
+    top = json.loads(json.dumps(full))
+    top["functions"]["roll_diff"]["max_score"] = 40.0
+    unplanned = json.loads(json.dumps(full))
+    unplanned["functions"]["roll_diff"]["checks"].pop()
+    for res, why in ((inflated, "its checks give 0.0"), (fewer, "planned"),
+                     (other, "planned 'ps1_sharding'"), (top, "the registry gives"),
+                     (unplanned, "checks"), (dict(full, score=99.0), "totals"),
+                     (dict(full, isolated=False), "isolated")):
+        assert why in cluster.plan_problem(res, expected), why
+        out = cluster.accepted(answer(res), key, digest, expected)
+        assert out.result is None and "does not match this run's plan" in out.error
+    assert cluster.plan_problem(full, expected) == ""
+    # without the speed check, a function's "speed" is absent (or skipped, after a failure)
+    fast = cluster.expected_for(item, _opts())  # no speed check
+    nospeed = json.loads(json.dumps(full))
+    for f in nospeed["functions"].values():
+        f["checks"] = [c for c in f["checks"] if c["name"] != "speed"]
+    assert cluster.plan_problem(nospeed, fast) == "" and cluster.plan_problem(zero, fast) == ""
+    assert "planned" in cluster.plan_problem(nospeed, expected)
+    assert "without speed" in cluster.plan_problem(full, fast)  # a speed verdict not asked for
+
+
+def test_the_documented_recipe_is_the_tested_one():
+    """The README's and docs/cluster.md's commands start the scheduler and workers as the
+    Cluster above does (TLS, each role's files), and grade-all with the client's."""
+    for doc in (ROOT / "README.md", ROOT / "docs" / "cluster.md"):
+        lines = [ln.strip() for ln in doc.read_text().splitlines()]
+        starts = {w: [ln for ln in lines if ln.startswith(f"dask {w} ")]
+                  for w in ("scheduler", "worker")}
+        assert starts["scheduler"] and starts["worker"], doc
+        for role, cmds in starts.items():
+            flags = " ".join(_tls(Path("."), role))  # --tls-ca-file ca.pem --tls-cert ...
+            for cmd in cmds:
+                assert flags in cmd, (doc, cmd)
+                assert "tcp://" not in cmd
+        assert "--protocol tls" in starts["scheduler"][0]
+        assert all("tls://" in c for c in starts["worker"])
+        grade = [ln for ln in lines if ln.startswith("python -m autograder grade-all")
+                 and "--scheduler" in ln]
+        assert grade and all("--scheduler tls://" in g for g in grade), doc

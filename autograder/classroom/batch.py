@@ -6,7 +6,7 @@ be the course root or its ``submitted`` folder) or a flat folder of notebooks / 
 when it contains one, otherwise guessed from the functions the file defines).
 
 Every submission is graded in its own isolated worker process (:mod:`autograder.supervisor`); up to
-``--workers`` run at once, or, with ``--scheduler tcp://host:8786``, each is a task on a Dask
+``--workers`` run at once, or, with ``--scheduler tls://host:8786``, each is a task on a Dask
 cluster (:mod:`autograder.classroom.cluster`; the same isolation on the worker). Results go to
 
 * ``reports/<student>/<assignment>.json``: one submission's full report plus a fingerprint of
@@ -403,10 +403,14 @@ def write_outputs(outcomes: list[Outcome], csv_path: Path, reports: Path) -> Non
 def grade_all(root: Path, *, workers: int = 1, out: Optional[Path] = None,
               reports: Optional[Path] = None, force: bool | frozenset = False, opts=None,
               progress: bool = True, warm: bool = True,
-              scheduler: Optional[str] = None) -> list[Outcome]:
+              scheduler: Optional[str] = None, security=None,
+              insecure_scheduler: bool = False) -> list[Outcome]:
     """Grade every submission under ``root``: here, ``workers`` at a time, or, given a Dask
     ``scheduler`` address, as tasks on that cluster (:mod:`autograder.classroom.cluster`; ``workers``
-    is then unused). Either way this process alone writes the reports and the CSV.
+    is then unused; ``security``: the course's client credentials for its ``tls://`` address,
+    :meth:`~autograder.classroom.credentials.ClusterCredentials.security`, or a Dask Gateway
+    cluster's ``.security``; ``insecure_scheduler``: a plain address, on a private machine
+    only). Either way this process alone writes the reports and the CSV.
     ``force``: True grades every hand-in again; a set of student names grades theirs again
     (the others' verified reports are reused, so the CSV still lists the whole class)."""
     from ..supervisor.options import Options
@@ -458,7 +462,7 @@ def grade_all(root: Path, *, workers: int = 1, out: Optional[Path] = None,
     try:
         if scheduler:
             _grade_on_cluster(items, opts, reports, key, scheduler, forced=forced, seed=run_seed,
-                              record=record)
+                              record=record, security=security, insecure=insecure_scheduler)
         else:
             with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
                 futs = {pool.submit(grade_one, it, opts, reports, key, force=it.key in forced,
@@ -495,7 +499,8 @@ def class_report_path(csv_path: Path) -> Path:
 
 
 def _grade_on_cluster(items: list[Item], opts, reports: Path, key: bytes, scheduler: str, *,
-                      forced: set, seed: int, record) -> None:
+                      forced: set, seed: int, record, security=None,
+                      insecure: bool = False) -> None:
     """The cluster path of :func:`grade_all`: reports reused here, the rest graded as Dask
     tasks, each result signed and written here as it arrives."""
     from .cluster import grade_on_cluster
@@ -518,7 +523,8 @@ def _grade_on_cluster(items: list[Item], opts, reports: Path, key: bytes, schedu
             todo.append(it)
     if not todo:
         return
-    for it, got in grade_on_cluster(todo, opts, scheduler, seed=seed):
+    for it, got in grade_on_cluster(todo, opts, scheduler, seed=seed, security=security,
+                                    insecure=insecure):
         if got.error is not None or got.result is None:
             record(_not_graded(it, got.error or "no result"))
         else:

@@ -1,4 +1,8 @@
-"""Grading on a Dask distributed cluster: ``grade-all DIR --scheduler tcp://host:8786``.
+"""Grading on a Dask distributed cluster: ``grade-all DIR --scheduler tls://host:8786``.
+
+The cluster is locked with Dask's own mutual TLS (:mod:`autograder.classroom.credentials`): the
+client connects only to a ``tls://`` scheduler whose certificate the course's authority signed,
+with its own certificate, and refuses any other (``--insecure-scheduler`` aside, said aloud).
 
 The boundary with the cluster is two records, and nothing else crosses it:
 
@@ -7,7 +11,19 @@ The boundary with the cluster is two records, and nothing else crosses it:
   :func:`~autograder.supervisor.copy_student_folder`) and the run's :class:`~autograder.supervisor.Options`
   as their ``to_dict`` (the run's secret seed included);
 * :class:`GradeOutcome` (worker -> client): the :class:`~autograder.core.results.SubmissionResult`
-  as its ``to_dict``, how long the grading took and where, or why it could not be graded.
+  as its ``to_dict``, how long the grading took and where, or why it could not be graded;
+  signed (:func:`sign_outcome`) with the run's key, which the client made for this run and
+  sent with each task, over the digest of the task it answers (:func:`task_digest`).
+
+What the signature proves (:func:`verify_outcome`): the answer was made by a worker that was
+given this run's task, for exactly these bytes and options, and was not altered on the way nor
+put in its place by anyone without the run's key (another client of the scheduler, a result
+of another run or another student's task). It cannot prove the worker graded honestly: a
+tampered worker holds the key it was given. What the client can check cheaply, it checks
+(:func:`plan_problem`): the assignment and the functions are the ones this client's own plan
+grades, each function's checks, points and score are those its own registry gives those
+verdicts, and the totals add up. Any mismatch is the grader's fault, never the student's: the
+hand-in is "not graded" and the next run grades it again.
 
 :func:`run_task` runs on the worker: it lays the files out in a fresh private folder and grades
 them with :func:`~autograder.supervisor.grade_submission`, exactly as a local ``grade-all`` would
@@ -22,7 +38,11 @@ the reports or the signing key.
 from __future__ import annotations
 
 import copy
+import hashlib
+import hmac
+import json
 import os
+import secrets
 import socket
 import tempfile
 import threading
@@ -105,10 +125,14 @@ class GradeTask:
     grader: str = ""
     #: grade with the worker machine's own class-wide cache (the client used its default one)
     worker_cache: bool = True
+    #: this task's name in the run (the client's; bound into the digest the answer is signed over)
+    task_id: str = ""
+    #: the run's key (hex), made by the client for this run alone: the worker signs its answer
+    run_key: str = ""
 
     @classmethod
     def of(cls, item, options: dict, *, grader: str = "", worker_cache: bool = True,
-           limit: int = FOLDER_LIMIT) -> "GradeTask":
+           limit: int = FOLDER_LIMIT, task_id: str = "", run_key: str = "") -> "GradeTask":
         """The task for a :class:`autograder.classroom.batch.Item` (reads its files)."""
         path = Path(item.path)
         files: dict[str, bytes] = {}
@@ -122,13 +146,15 @@ class GradeTask:
         files[path.name] = path.read_bytes()  # the submission itself, always
         return cls(student=item.student, assignment=item.assignment, folder=path.parent.name,
                    filename=path.name, files=files, own_folder=bool(item.own_folder),
-                   options=dict(options), grader=grader, worker_cache=worker_cache)
+                   options=dict(options), grader=grader, worker_cache=worker_cache,
+                   task_id=task_id, run_key=run_key)
 
     def to_dict(self) -> dict:
         return {"student": self.student, "assignment": self.assignment, "folder": self.folder,
                 "filename": self.filename, "files": dict(self.files),
                 "own_folder": self.own_folder, "options": dict(self.options),
-                "grader": self.grader, "worker_cache": self.worker_cache}
+                "grader": self.grader, "worker_cache": self.worker_cache,
+                "task_id": self.task_id, "run_key": self.run_key}
 
     @classmethod
     def from_dict(cls, d: dict) -> "GradeTask":
@@ -150,7 +176,9 @@ class GradeTask:
                    options=_typed(d, "options", dict),
                    grader=_typed(d, "grader", str) if "grader" in d else "",
                    worker_cache=_typed(d, "worker_cache", bool) if "worker_cache" in d
-                   else True)
+                   else True,
+                   task_id=_typed(d, "task_id", str) if "task_id" in d else "",
+                   run_key=_typed(d, "run_key", str) if "run_key" in d else "")
 
     def lay_out(self, root: Path) -> Path:
         """Write the files under ``root/submitted/<student>/<folder>/`` (nbgrader's layout);
@@ -171,15 +199,20 @@ class GradeOutcome:
     result: Optional[dict] = None
     #: seconds the worker spent on the task (grading and, the first time, warming its cache)
     seconds: float = 0.0
-    #: the worker's address (tcp://...) and its machine's name
+    #: the worker's address (tls://...) and its machine's name
     worker: str = ""
     hostname: str = ""
     #: why it was not graded (the worker cannot isolate student code, another grader, ...)
     error: Optional[str] = None
+    #: :func:`task_digest` of the task answered, as the worker received it
+    digest: str = ""
+    #: :func:`sign_outcome`: HMAC-SHA256 with the run's key over the canonical bytes of the rest
+    signature: str = ""
 
     def to_dict(self) -> dict:
         return {"result": self.result, "seconds": self.seconds, "worker": self.worker,
-                "hostname": self.hostname, "error": self.error}
+                "hostname": self.hostname, "error": self.error, "digest": self.digest,
+                "signature": self.signature}
 
     @classmethod
     def from_dict(cls, d: dict) -> "GradeOutcome":
@@ -196,7 +229,167 @@ class GradeOutcome:
                     raise ValueError(f"GradeOutcome: the result's {k} is not a number")
         return cls(result=res, seconds=float(_typed(d, "seconds", (int, float))),
                    worker=str(d.get("worker", "")), hostname=str(d.get("hostname", "")),
-                   error=None if err is None else err[:4000])
+                   error=None if err is None else err[:4000],
+                   digest=str(d.get("digest", "")), signature=str(d.get("signature", "")))
+
+
+# -- the answer's signature and the client's re-check ---------------------------------------------
+
+
+class Unverified(ValueError):
+    """A worker's answer that this run cannot accept (the grader's fault: graded again later)."""
+
+
+def _canonical(obj) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+
+
+def task_digest(task: dict) -> str:
+    """SHA-256 of everything a task says (its name, the student, the options and the seed,
+    every file's name and bytes), the run's key left out."""
+    h = hashlib.sha256()
+    h.update(_canonical({k: v for k, v in task.items() if k not in ("files", "run_key")}))
+    for name in sorted(task.get("files") or {}):
+        data = task["files"][name]
+        h.update(_canonical([name, len(data)]))
+        h.update(bytes(data))
+    return h.hexdigest()
+
+
+def sign_outcome(outcome: dict, key: bytes) -> str:
+    """HMAC-SHA256 under ``key`` of the outcome's canonical bytes (its signature left out; its
+    ``digest`` names the task it answers)."""
+    body = {k: v for k, v in outcome.items() if k != "signature"}
+    return hmac.new(key, _canonical(body), "sha256").hexdigest()
+
+
+def verify_outcome(d, key: bytes, digest: str) -> GradeOutcome:
+    """The worker's answer ``d``, if signed with this run's ``key`` over the task of ``digest``;
+    else :class:`Unverified` saying why (a pure function: no cluster, no clock)."""
+    if not isinstance(d, dict):
+        raise Unverified(f"the worker's answer is not a record ({type(d).__name__})")
+    sig = d.get("signature")
+    if not isinstance(sig, str) or not sig:
+        raise Unverified("the worker's answer is not signed (a worker of another grader, or "
+                         "not a worker of this run)")
+    try:
+        good = sign_outcome(d, key)
+    except (TypeError, ValueError) as e:
+        raise Unverified(f"the worker's answer cannot be read ({e})") from None
+    if not hmac.compare_digest(sig, good):
+        raise Unverified("the worker's answer is not signed with this run's key (made by "
+                         "someone who was not given this run's task, or altered after it)")
+    if d.get("digest") != digest:
+        raise Unverified("the worker's answer is for another task than the one sent (another "
+                         "student's, or other files or options)")
+    try:
+        return GradeOutcome.from_dict(d)
+    except ValueError as e:
+        raise Unverified(f"the worker's answer is malformed: {e}") from None
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What the client itself plans to be graded for one hand-in: the assignment, and each
+    function's points, weights and checks from its own registry."""
+
+    assignment: Optional[str]
+    #: function -> (points, weights, check names)
+    functions: dict
+    isolated: bool
+    #: the speed check is run (without it, a function's "speed" is absent, or skipped)
+    with_speed: bool = True
+
+
+def expected_for(item, opts) -> Expected:
+    """The plan of ``item`` under ``opts``, made here as the judge makes it on the worker
+    (:func:`run_task` grades with the item's assignment): as given, or read from the hand-in's
+    name or source, without running it."""
+    from ..judge.process import choose_problems
+
+    assignment, probs = choose_problems(item.assignment, Path(item.path))
+    if opts.only:
+        probs = [p for p in probs if p.name in opts.only]
+    return Expected(assignment, {p.name: (float(p.points), dict(p.weights),
+                                          tuple(p.check_names)) for p in probs},
+                    bool(opts.isolation), bool(opts.with_speed))
+
+
+def _close(a, b) -> bool:
+    return isinstance(a, (int, float)) and not isinstance(a, bool) and abs(a - b) <= 1e-6
+
+
+def plan_problem(result: dict, expected: Expected) -> str:
+    """What in a worker's ``result`` (``SubmissionResult.to_dict()``) disagrees with the client's
+    own plan and registry ('' when nothing): another assignment, other functions, checks,
+    points, or a score its checks do not give, totals that do not add up, isolation. A pure
+    function of the two."""
+    from ..core.results import CheckResult, FunctionResult
+
+    if expected.assignment is not None and result.get("assignment") != expected.assignment:
+        return (f"graded as assignment {result.get('assignment')!r}, planned "
+                f"{expected.assignment!r}")
+    if result.get("isolated") is not expected.isolated:
+        return f"isolated is {result.get('isolated')!r}, the run asked {expected.isolated}"
+    fns = result.get("functions")
+    if not isinstance(fns, dict):
+        return "no functions"
+    all_regrade = fns and all(isinstance(f, dict) and f.get("needs_regrade")
+                              for f in fns.values())
+    if set(fns) != set(expected.functions) and not all_regrade:
+        return (f"graded functions {sorted(fns)}, planned {sorted(expected.functions)}")
+    from ..course import registry
+
+    score = top = 0.0
+    for name, f in fns.items():
+        try:
+            points, weights, checks = (expected.functions.get(name) or
+                                       (float(registry.get(name).points),
+                                        dict(registry.get(name).weights),
+                                        tuple(registry.get(name).check_names)))
+            got = FunctionResult(name, points, [CheckResult.from_dict(c) for c in f["checks"]],
+                                 weights=weights, regrade=f.get("needs_regrade") or None)
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            return f"{name}: not a function result of this grader ({type(e).__name__}: {e})"
+        names = [c.name for c in got.checks]
+        speed = [c for c in got.checks if c.name == "speed"]
+        if not expected.with_speed:
+            if speed and speed[0].passed:
+                return f"{name}: a passed speed check, planned {list(checks)} without speed"
+            if not speed:
+                checks = tuple(c for c in checks if c != "speed")
+        if not got.regrade and sorted(names) != sorted(checks):  # a regrade may have none
+            return f"{name}: checks {names}, planned {list(checks)}"
+        if not _close(f.get("max_score"), points):
+            return f"{name}: max_score {f.get('max_score')!r}, the registry gives {points}"
+        if not _close(f.get("score"), got.score):
+            return f"{name}: score {f.get('score')!r}, its checks give {got.score}"
+        score += got.score
+        top += points
+    if not _close(result.get("score"), round(score, 4)) or \
+            not _close(result.get("max_score"), round(top, 4)):
+        return (f"totals {result.get('score')!r}/{result.get('max_score')!r}, its functions "
+                f"give {round(score, 4)}/{round(top, 4)}")
+    return ""
+
+
+def accepted(d, key: bytes, digest: str, expected: Expected) -> GradeOutcome:
+    """The worker's answer once verified (:func:`verify_outcome`) and, if a result, re-checked
+    against the client's plan (:func:`plan_problem`); an error outcome saying why otherwise
+    (the grader's fault: "not graded", and the next run grades the hand-in again)."""
+    try:
+        out = verify_outcome(d, key, digest)
+    except Unverified as e:
+        return GradeOutcome(error=f"the cluster's answer was rejected: {e}; not graded (the "
+                            "grader's fault, never the student's): run the same command again")
+    if out.result is not None:
+        problem = plan_problem(out.result, expected)
+        if problem:
+            return GradeOutcome(seconds=out.seconds, worker=out.worker, hostname=out.hostname,
+                                error=f"the result from {out.hostname} ({out.worker}) does not "
+                                f"match this run's plan: {problem}; not graded (the grader's "
+                                "fault, never the student's): run the same command again")
+    return out
 
 
 # -- on the worker ------------------------------------------------------------------------------
@@ -243,11 +436,23 @@ def _where() -> tuple[str, str]:
 
 
 def run_task(task_dict: dict) -> dict:
-    """Grade one :class:`GradeTask` (as a dict) on this machine; a :class:`GradeOutcome` dict.
+    """Grade one :class:`GradeTask` (as a dict) on this machine; a :class:`GradeOutcome` dict,
+    signed with the task's run key (:func:`sign_outcome`).
 
     Never raises for anything a submission does (grade_submission does not); what stops the
     grading here (no isolation on this worker, another grader, a malformed task) is an error
     outcome, which the client records without writing a report."""
+    out = _run_task(task_dict)
+    key = task_dict.get("run_key") if isinstance(task_dict, dict) else None
+    try:
+        out["digest"] = task_digest(GradeTask.from_dict(task_dict).to_dict())
+        out["signature"] = sign_outcome(out, bytes.fromhex(key))
+    except (TypeError, ValueError):  # a malformed task: its answer goes back unsigned
+        pass
+    return out
+
+
+def _run_task(task_dict: dict) -> dict:
     from ..core.identity import grader_hash
     from ..supervisor.options import IsolationUnavailable, Options, check_options
     from ..supervisor.supervise import grade_submission
@@ -297,16 +502,52 @@ def _window(client, window: Optional[int]) -> int:
     return max(16, 4 * threads)
 
 
+class SchedulerRefused(OSError):
+    """The scheduler could not be reached, or the TLS handshake failed (either side refused)."""
+
+
+def connect(scheduler_address: str, *, security=None, insecure: bool = False,
+            timeout: float = 30.0):
+    """A ``distributed.Client`` of the scheduler at ``scheduler_address``: a ``tls://`` one,
+    authenticated both ways with ``security`` (the course's client credentials,
+    :meth:`~autograder.classroom.credentials.ClusterCredentials.security`), unless ``insecure``.
+    Raises :class:`~autograder.classroom.credentials.CredentialsError` (a ValueError) before
+    connecting for a plain address or no credentials, and SchedulerRefused (an OSError) for a
+    scheduler that cannot be reached or authenticated."""
+    from .credentials import CredentialsError, scheme_problem
+
+    distributed = require_distributed()
+    if not insecure:
+        problem = scheme_problem(scheduler_address)
+        if problem:
+            raise CredentialsError(problem)
+        if security is None or not getattr(security, "require_encryption", False):
+            raise CredentialsError("no cluster credentials for the TLS scheduler: give "
+                                   "--cluster-credentials FOLDER (docs/cluster.md)")
+    try:
+        return distributed.Client(scheduler_address, timeout=timeout, set_as_default=False,
+                                  security=security)
+    except (OSError, TimeoutError) as e:
+        raise SchedulerRefused(
+            f"cannot reach or authenticate the Dask scheduler at {scheduler_address}: {e}"
+            + ("" if insecure else " (is it up, started with a certificate of this course's "
+               "authority, and are these the course's client credentials?)")) from None
+
+
 def grade_on_cluster(items: Iterable, opts, scheduler_address: str, *,
                      seed: Optional[int] = None, window: Optional[int] = None,
-                     timeout: float = 30.0, retries: int = 2) -> Iterator[tuple]:
+                     timeout: float = 30.0, retries: int = 2, security=None,
+                     insecure: bool = False) -> Iterator[tuple]:
     """Grade ``items`` (:class:`autograder.classroom.batch.Item`) on the Dask cluster whose scheduler is
-    at ``scheduler_address``; yields ``(item, GradeOutcome)`` as each completes.
+    at ``scheduler_address`` (:func:`connect`: ``tls://`` with ``security``, or ``insecure``);
+    yields ``(item, GradeOutcome)`` as each completes, each answer verified and re-checked
+    (:func:`accepted`).
 
     ``seed``: the run's secret seed, used where ``opts.seed`` is None (every submission of a
     run is graded with the same one). Each task may be retried ``retries`` times if it raises,
     and Dask reschedules the tasks of a worker that dies. Raises :class:`ClusterUnavailable`
-    without ``distributed``, and OSError/TimeoutError if the scheduler cannot be reached."""
+    without ``distributed``, CredentialsError for an address or credentials it refuses, and
+    OSError/TimeoutError if the scheduler cannot be reached or authenticated."""
     from ..core.identity import grader_hash
     from ..supervisor.options import default_cache_dir
     from .names import _slug
@@ -319,9 +560,10 @@ def grade_on_cluster(items: Iterable, opts, scheduler_address: str, *,
     # the client's own default cache means "each machine its own"; a named one may be shared
     own = opts.cache_dir is not None and Path(opts.cache_dir).resolve() == default_cache_dir()
     grader = grader_hash()
+    run_key = secrets.token_bytes(32)  # this run's alone: never written, never reused
     todo = list(items)
-    with distributed.Client(scheduler_address, timeout=timeout,
-                            set_as_default=False) as client:
+    with connect(scheduler_address, security=security, insecure=insecure,
+                 timeout=timeout) as client:
         done = distributed.as_completed([], loop=client.loop)
         futures: dict = {}
         ready: list = []  # outcomes known without the cluster (a file that cannot be read)
@@ -333,24 +575,26 @@ def grade_on_cluster(items: Iterable, opts, scheduler_address: str, *,
             while nxt < len(todo) and len(futures) < limit:
                 item = todo[nxt]
                 nxt += 1
+                key = f"grade-{_slug(item.student)}-{uuid.uuid4().hex[:12]}"
                 try:
-                    task = GradeTask.of(item, options, grader=grader, worker_cache=own)
+                    task = GradeTask.of(item, options, grader=grader, worker_cache=own,
+                                        task_id=key, run_key=run_key.hex())
+                    expected = expected_for(item, run)
                 except (OSError, ValueError) as e:  # ValueError: FolderRefused, a race
                     ready.append((item, GradeOutcome(error=f"cannot read the submission: {e}")))
                     continue
-                key = f"grade-{_slug(item.student)}-{uuid.uuid4().hex[:12]}"
-                fut = client.submit(run_task, task.to_dict(), key=key, pure=False,
-                                    retries=retries)
-                futures[fut] = item
+                d = task.to_dict()
+                fut = client.submit(run_task, d, key=key, pure=False, retries=retries)
+                futures[fut] = (item, task_digest(d), expected)
                 done.add(fut)
 
         fill()
         while ready:
             yield ready.pop()
         for fut in done:
-            item = futures.pop(fut)
+            item, digest, expected = futures.pop(fut)
             try:
-                out = GradeOutcome.from_dict(fut.result())
+                out = accepted(fut.result(), run_key, digest, expected)
             except Exception as e:  # noqa: BLE001 - the task failed (after its retries)
                 out = GradeOutcome(error=f"the cluster could not grade it: "
                                          f"{type(e).__name__}: {e}")

@@ -4,7 +4,8 @@ Prints the JAX version (and whether it is inside the course's tested range), the
 student code can be isolated, what bounds a sandbox's memory and whether sandboxes share the
 CPU fairly (the cgroup ``cpu`` controller), whether the TPU model loads and reads this JAX's
 programs, the nbgrader version (optional: nbgrader's own path and ``grade-all --gradebook``),
-and whether Dask ``distributed`` is there (optional: grading on a cluster). Exits 1, with the
+whether Dask ``distributed`` is there and the cluster's client credentials are configured
+(optional: grading on a cluster). Exits 1, with the
 command that fixes it, when something grading needs is missing; optional parts and a JAX newer
 than the tested range are reported without failing, so a cluster worker without nbgrader is
 ready.
@@ -173,9 +174,35 @@ def check_distributed() -> Finding:
                    required=False)
 
 
+def check_cluster_credentials() -> Finding:
+    """Optional: the client credentials ``grade-all --scheduler`` uses by default
+    (``$AUTOGRADER_CLUSTER_CREDENTIALS``), checked as grade-all checks them."""
+    import os
+
+    from ..classroom import credentials
+
+    fix = ("python -m autograder cluster-certs FOLDER, then export "
+           f"{credentials.ENV}=FOLDER (docs/cluster.md)")
+    if not os.environ.get(credentials.ENV):
+        return Finding("cluster credentials", False, f"{credentials.ENV} is not set (only "
+                       "grade-all --scheduler needs them, or its --cluster-credentials)",
+                       fix=fix, required=False)
+    try:
+        creds = credentials.load()
+    except ImportError:
+        return Finding("cluster credentials", False, "cannot be checked without cryptography",
+                       fix="pip install 'jax-scaling-course[cluster]'", required=False)
+    except credentials.CredentialsError as e:
+        return Finding("cluster credentials", False, str(e), fix=fix, required=False)
+    return Finding("cluster credentials", True, f"{creds.folder}: the client's certificate, "
+                   f"signed by its ca.pem, valid until {credentials.expires(creds):%Y-%m-%d} "
+                   "(grade-all --scheduler tls://... uses them)", required=False)
+
+
 CHECKS: tuple[Callable[[], Finding], ...] = (check_jax, check_devices, check_isolation,
                                              check_memory_bound, check_cpu_share,
-                                             check_tpumodel, check_nbgrader, check_distributed)
+                                             check_tpumodel, check_nbgrader, check_distributed,
+                                             check_cluster_credentials)
 
 
 def run(out=print) -> int:

@@ -32,9 +32,18 @@ def add_parser(sub) -> None:
                    "$AUTOGRADER_CACHE_DIR or ~/.cache/jax-scaling-course)")
     g.add_argument("--no-progress", action="store_true")
     g.add_argument("--scheduler", metavar="ADDRESS",
-                   help="grade on a Dask cluster: its scheduler's address, like "
-                   "tcp://host:8786 (the workers need this package and bubblewrap installed; "
-                   "reports and the CSV are written here)")
+                   help="grade on a Dask cluster secured with the course's certificates: its "
+                   "scheduler's address, like tls://host:8786 (the workers need this package, "
+                   "bubblewrap and the worker certificate; reports and the CSV are written "
+                   "here; docs/cluster.md)")
+    g.add_argument("--cluster-credentials", metavar="FOLDER",
+                   help="the folder `python -m autograder cluster-certs` wrote (ca.pem, "
+                   "client.pem, client-key.pem, mode 0600); default: "
+                   "$AUTOGRADER_CLUSTER_CREDENTIALS")
+    g.add_argument("--insecure-scheduler", action="store_true",
+                   help="allow a plain tcp:// scheduler without credentials: ONLY for a "
+                   "cluster on one private machine no one else can reach (anyone who reaches "
+                   "the scheduler runs code on the workers and reads the seed and hand-ins)")
     g.add_argument("--gradebook", metavar="DB",
                    help="also write the grades into nbgrader's gradebook (an SQLAlchemy URL "
                    "such as sqlite:///gradebook.db, or an sqlite file), per graded cell, for "
@@ -43,6 +52,7 @@ def add_parser(sub) -> None:
 
 
 def _cmd(a) -> int:
+    from ..classroom.credentials import CredentialsError
     from ..supervisor.options import (
         IsolationUnavailable,
         Options,
@@ -65,6 +75,7 @@ def _cmd(a) -> int:
                    isolation=not a.no_isolation)
     if a.cache_dir:
         opts.cache_dir = Path(a.cache_dir)
+    security = None
     if a.scheduler:
         from ..classroom.cluster import ClusterUnavailable, require_distributed
 
@@ -73,6 +84,15 @@ def _cmd(a) -> int:
         except ClusterUnavailable as e:
             print(e, file=sys.stderr)
             return 2
+        try:
+            security = _cluster_security(a)
+        except CredentialsError as e:  # said before anything is graded
+            print(f"refusing the scheduler: {e}", file=sys.stderr)
+            return 2
+    elif a.cluster_credentials or a.insecure_scheduler:
+        print("--cluster-credentials and --insecure-scheduler go with --scheduler",
+              file=sys.stderr)
+        return 2
     try:
         # on a cluster, each worker checks that it can isolate student code (this machine
         # runs none)
@@ -84,13 +104,17 @@ def _cmd(a) -> int:
         outcomes = grade_all(root, workers=a.workers, out=Path(a.out),
                              reports=Path(a.reports) if a.reports else None,
                              force=True if a.force else frozenset(a.student or ()) or False,
-                             opts=opts, progress=not a.no_progress, scheduler=a.scheduler)
+                             opts=opts, progress=not a.no_progress, scheduler=a.scheduler,
+                             security=security, insecure_scheduler=a.insecure_scheduler)
     except UnknownStudent as e:  # said before anything is graded
         return refuse(e)
-    except (OSError, TimeoutError) as e:
+    except (OSError, TimeoutError, CredentialsError) as e:
         if not a.scheduler:
             raise
-        print(f"cannot reach the Dask scheduler at {a.scheduler}: {e}", file=sys.stderr)
+        from ..classroom.cluster import SchedulerRefused
+
+        print(str(e) if isinstance(e, (SchedulerRefused, CredentialsError)) else
+              f"cannot reach the Dask scheduler at {a.scheduler}: {e}", file=sys.stderr)
         return 2
     if a.gradebook:
         from ..classroom.gradebook import publish
@@ -110,7 +134,9 @@ def _cmd(a) -> int:
     print(f"{len(outcomes)} submission(s): {len(graded)} graded, "
           f"{len(outcomes) - len(graded)} unchanged since the last run; "
           f"{time.monotonic() - t0:.1f} s; CSV: {a.out}; class report: "
-          f"{class_report_path(Path(a.out))}", file=sys.stderr)
+          f"{class_report_path(Path(a.out))}"
+          + (f"; on the INSECURE scheduler {a.scheduler} (no TLS, no authentication)"
+             if a.scheduler and a.insecure_scheduler else ""), file=sys.stderr)
     refused = [o for o in outcomes if o.report.get("refused")]
     for o in refused:  # the hand-in's own: a person fixes it, the grader cannot
         print(f"refused: {o.item.key}: {o.report['refused']}", file=sys.stderr)
@@ -130,3 +156,22 @@ def _cmd(a) -> int:
               "never a zero): run the same command again", file=sys.stderr)
         return 1
     return 0
+
+
+def _cluster_security(a):
+    """The ``Security`` of this client for ``--scheduler``: the course's client credentials,
+    read once and checked; None for ``--insecure-scheduler`` (said aloud). Raises
+    CredentialsError (a ValueError) for a plain address or missing or unusable credentials."""
+    from ..classroom import credentials
+
+    if a.insecure_scheduler:
+        print(f"WARNING: --insecure-scheduler: {a.scheduler} is used without TLS or "
+              "authentication; anyone who can reach it can run code on the grading workers and "
+              "read the run's secret seed and every hand-in. Only for a cluster on one private "
+              "machine.", file=sys.stderr)
+        return None
+    problem = credentials.scheme_problem(a.scheduler)
+    if problem:
+        raise credentials.CredentialsError(problem)
+    creds = credentials.load(Path(a.cluster_credentials) if a.cluster_credentials else None)
+    return creds.security()

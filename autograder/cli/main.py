@@ -5,6 +5,7 @@
     python -m autograder list
     python -m autograder profile SUBMISSION FUNCTION [--chip v5e] [--mesh 2x4] [--json]
     python -m autograder doctor
+    python -m autograder cluster-certs FOLDER
 
 Student code runs only in the sandbox (:mod:`autograder.isolation`); the verdicts come from a
 trusted process that grades the programs it exported. A submission that hangs or crashes still
@@ -114,6 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .grade_all import add_parser as _add_batch_parser
 
     _add_batch_parser(sub)
+    from .cluster_certs import add_parser as _add_cluster_certs
+
+    _add_cluster_certs(sub)
     l = sub.add_parser("list", help="list the graded functions, or the bar of the named ones "
                        "(what passes each check)")
     l.add_argument("functions", nargs="*", help="graded functions to show the bar of")
