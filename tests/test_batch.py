@@ -414,3 +414,52 @@ def test_a_folder_past_its_caps_is_the_hand_ins_refusal(tmp_path):
         assert "more than 2 deep" in grown.report["refused"]
     finally:
         _remove_deep(deep)
+
+
+# ------------------------------------------------------------------ when it was handed in
+def test_a_py_in_a_course_folder_is_listed_for_a_look_as_nbgrader_skips_it(tmp_path):
+    """nbgrader autograde grades <assignment>.ipynb only: a folder holding ps1_sharding.py is
+    skipped (no submission in its gradebook). In a course folder (one with nbgrader_config.py)
+    grade-all refuses it for a look too, saying why and what to do, and marks it as having no
+    notebook, so --gradebook makes no submission of it either; outside a course folder the
+    same .py is graded."""
+    src = CLASS / "submitted" / "erin" / "ps1_sharding" / "ps1_sharding.py"
+    folder = tmp_path / "submitted" / "dan" / "ps1_sharding"
+    folder.mkdir(parents=True)
+    shutil.copy(src, folder)
+    (item,) = discover(tmp_path)
+    assert item.refused is None and not item.no_notebook  # not a course folder: graded
+    (tmp_path / "nbgrader_config.py").write_text("")
+    (item,) = discover(tmp_path)
+    assert item.no_notebook and "not the notebook ps1_sharding.ipynb" in item.refused
+    assert "nbgrader autograde skips this folder" in item.refused, item.refused
+    (o,) = grade_all(tmp_path, out=tmp_path / "g.csv", progress=False, warm=False, opts=_opts())
+    assert o.report["no_notebook"] and o.report["refused"] == item.refused
+    shutil.copy(CLASS / "submitted" / "alice" / "ps1_sharding" / "ps1_sharding.ipynb", folder)
+    (item,) = discover(tmp_path)  # the notebook beside it: the notebook is graded
+    assert item.refused is None and item.path.name == "ps1_sharding.ipynb"
+
+
+def test_the_time_handed_in_is_nbgraders_timestamp_else_the_files(tmp_path):
+    """nbgrader's timestamp.txt beside the notebook, read by nbgrader's own parser (a time
+    zone is made UTC); without one, the file's own time, said to be one; an unreadable one is
+    named. The time is not part of what is graded: a resubmission of the same files (a new
+    timestamp.txt only) reuses the report."""
+    import os
+
+    from autograder.classroom.batch import fingerprint, handed_in
+
+    folder = tmp_path / "submitted" / "ann" / "ps1_sharding"
+    folder.mkdir(parents=True)
+    shutil.copy(CLASS / "submitted" / "alice" / "ps1_sharding" / "ps1_sharding.ipynb", folder)
+    os.utime(folder / "ps1_sharding.ipynb", (1_700_000_000, 1_700_000_000))
+    (item,) = discover(tmp_path)
+    assert handed_in(item) == {"timestamp": "2023-11-14 22:13:20", "timestamp_from": "file"}
+    before = fingerprint(item, _opts())
+    (folder / "timestamp.txt").write_text("2026-11-22 10:30:00.000000 CET\n")
+    assert handed_in(item) == {"timestamp": "2026-11-22 09:30:00",
+                               "timestamp_from": "timestamp.txt"}
+    assert fingerprint(item, _opts()) == before
+    (folder / "timestamp.txt").write_text("yesterday-ish")
+    got = handed_in(item)
+    assert got["timestamp"] is None and "'yesterday-ish'" in got["timestamp_problem"], got

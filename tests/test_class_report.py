@@ -157,3 +157,28 @@ def test_the_csv_shows_a_grade_only_where_there_is_one(tmp_path):
     assert rows["cy"]["total"] == "refused" and rows["cy"]["max_total"] == ""
     page = cr.render(cr.load_reports(tmp_path, tmp_path))
     assert '<td class="total">6.95</td>' in page and "6.9545" not in page
+
+
+def test_the_late_column_says_how_late_as_the_gradebook_said():
+    """Every hand-in's row shows when it was handed in (the file's own time marked as one) and,
+    where grade-all had a gradebook, "on time" or how late with nbgrader's penalty; without a
+    gradebook the page says how to get the late column."""
+    from autograder.classroom.class_report import HandIn, students_section
+
+    base = {"assignment": "ps1_sharding", "score": 6.0, "max_score": 10.0, "isolated": True,
+            "functions": {"roll_diff": {"score": 4.0, "max_score": 4.0}}}
+    ann = HandIn.from_report({**base, "student": "ann", "timestamp": "2026-11-21 12:00:00",
+                              "timestamp_from": "timestamp.txt", "seconds_late": 0.0,
+                              "late_penalty": 0.0}, "r/ann.html")
+    bo = HandIn.from_report({**base, "student": "bo", "timestamp": "2026-11-22 09:30:00",
+                             "timestamp_from": "timestamp.txt", "seconds_late": 55800.0,
+                             "late_penalty": 6.0}, "r/bo.html")
+    cy = HandIn.from_report({**base, "student": "cy", "timestamp": "2026-11-23 01:02:03",
+                             "timestamp_from": "file"}, "r/cy.html")
+    page = students_section([ann, bo, cy])
+    assert "1 late hand-in(s)" in page
+    assert '<td class="late">on time</td>' in page
+    assert '<td class="late"><b>late by 15 h 30 min, penalty 6</b></td>' in page
+    assert "2026-11-23 01:02:03 UTC (file time)" in page
+    page = students_section([cy])
+    assert "--gradebook" in page and '<td class="late"></td>' in page

@@ -29,3 +29,47 @@ def test_publishing_prints_none_of_nbgraders_sqlalchemy_noise(tmp_path):
         [str(w.message) for w in seen]
     with Gradebook(db_url(db)) as gb:
         assert gb.find_grade("grade_roll_diff", "ps1_sharding", "ps1_sharding", "ann").score == 4
+
+
+def test_late_and_resubmitted_as_nbgrader_records_them(tmp_path):
+    """The submission's time from timestamp.txt (a later run's newer time replaces it, as
+    nbgrader autograde's call does), its seconds past the assignment's due date and the late
+    penalty of nbgrader's own AssignLatePenalties step with the course's penalty method; the
+    file's own time is never written (nbgrader records none without timestamp.txt); a folder
+    without a notebook gets no submission."""
+    from nbgrader.api import Gradebook, MissingEntry
+    from traitlets.config import Config
+
+    from autograder.classroom.gradebook import db_url, lateness, publish
+
+    db = str(tmp_path / "gradebook.db")
+    fns = {"roll_diff": {"score": 4.0, "max_score": 4.0}}
+    reps = [{"student": "ann", "assignment": "ps1_sharding", "functions": fns,
+             "timestamp": "2026-11-21 12:00:00", "timestamp_from": "timestamp.txt"},
+            {"student": "bo", "assignment": "ps1_sharding", "functions": fns,
+             "timestamp": "2026-11-22 09:30:00", "timestamp_from": "timestamp.txt"},
+            {"student": "cy", "assignment": "ps1_sharding", "functions": fns,
+             "timestamp": "2026-11-23 09:30:00", "timestamp_from": "file"},
+            {"student": "dan", "assignment": "ps1_sharding", "functions": {},
+             "refused": "a .py", "no_notebook": True, "timestamp": "2026-11-23 09:30:00",
+             "timestamp_from": "timestamp.txt"}]
+    publish(reps[:1], db)
+    with Gradebook(db_url(db)) as gb:
+        gb.update_or_create_assignment("ps1_sharding", duedate="2026-11-21 18:00:00 UTC")
+    cfg = Config()
+    cfg.LateSubmissionPlugin.penalty_method = "zero"
+    reps[0]["timestamp"] = "2026-11-22 08:00:00"  # ann hands in again, after the due date
+    publish(reps, db, config=cfg)
+    with Gradebook(db_url(db)) as gb:
+        ann, bo, cy = (gb.find_submission("ps1_sharding", s) for s in ("ann", "bo", "cy"))
+        assert str(ann.timestamp) == "2026-11-22 08:00:00" and ann.total_seconds_late == 50400
+        assert bo.total_seconds_late == 15.5 * 3600 and bo.late_submission_penalty == 4.0
+        assert cy.timestamp is None and cy.total_seconds_late == 0
+        assert not cy.late_submission_penalty
+        with pytest.raises(MissingEntry):
+            gb.find_submission("ps1_sharding", "dan")
+    late = lateness(reps, db)
+    assert late[("bo", "ps1_sharding")]["seconds_late"] == 55800.0
+    assert late[("bo", "ps1_sharding")]["late_penalty"] == 4.0
+    assert late[("cy", "ps1_sharding")]["seconds_late"] == 0.0 and ("dan", "ps1_sharding") \
+        not in late

@@ -222,11 +222,39 @@ def test_the_demo_class_is_graded_on_one_seed(demo):
     assert len(seeds) == 1 and (course / "course" / SEED_FILE).read_text() in seeds
 
 
-def test_grade_all_gives_the_totals_nbgrader_autograde_gave(demo, tmp_path):
+def _submissions(db: Path, students) -> dict:
+    """What a gradebook holds of each student's ps1_sharding submission, field by field (None:
+    no submission): its time, seconds late, late penalty, and each grade cell's auto-score and
+    whether it is left for a look."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    out = {}
+    with Gradebook(f"sqlite:///{db}") as gb:
+        for s in students:
+            try:
+                sub = gb.find_submission("ps1_sharding", s)
+            except MissingEntry:
+                out[s] = None
+                continue
+            (nb,) = sub.notebooks
+            out[s] = {"timestamp": sub.timestamp, "seconds_late": sub.total_seconds_late,
+                      "late_penalty": nb.late_submission_penalty,
+                      "needs_manual_grade": sub.needs_manual_grade,
+                      "grades": {g.name: (g.auto_score, g.needs_manual_grade)
+                                 for g in nb.grades}}
+    return out
+
+
+def test_grade_all_gives_the_gradebook_nbgrader_autograde_gave(demo, tmp_path):
     """The two grading paths on one class: grade-all --gradebook on (a copy of) the demo's
-    course folder draws the course's seed, as each nbgrader autograde did, gives every hand-in
-    the same total, and leaves autograded notebooks from which nbgrader generate_feedback makes
-    the feedback, as after nbgrader autograde."""
+    course folder draws the course's seed, as each nbgrader autograde did, and writes the same
+    gradebook, field by field: every grade, every submission's time from timestamp.txt, cleo's
+    late flag and nbgrader's late penalty (the demo's due date and penalty method); ben's
+    first hand-in is replaced by his resubmission (the same notebook, a newer timestamp.txt:
+    not graded again); dan's ps1_sharding.py is skipped by nbgrader autograde and refused by
+    grade-all, listed for a look, with no submission in either gradebook. The CSV and the class
+    report show the late hand-in; the autograded notebooks make the feedback through nbgrader
+    generate_feedback, as after nbgrader autograde."""
     import csv
     import shutil
 
@@ -234,21 +262,64 @@ def test_grade_all_gives_the_totals_nbgrader_autograde_gave(demo, tmp_path):
     folder = tmp_path / "course"
     shutil.copytree(course / "course", folder,
                     ignore=shutil.ignore_patterns("autograded", "feedback"))
+    ben = folder / "submitted" / "ben" / "ps1_sharding" / "timestamp.txt"
+    resubmitted = ben.read_text()
+    ben.write_text("2026-11-20 08:00:00.000000 UTC")  # his first hand-in
+    dan = folder / "submitted" / "dan" / "ps1_sharding"
+    dan.mkdir(parents=True)
+    shutil.copy(ROOT / "solutions" / "ps1_sharding.py", dan)
+    (dan / "timestamp.txt").write_text("2026-11-21 11:00:00.000000 UTC")
     env = dict(os.environ, JAX_NUM_CPU_DEVICES="8", TF_CPP_MIN_LOG_LEVEL="3",
                PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"])
     out = tmp_path / "class_grades.csv"
-    p = subprocess.run([sys.executable, "-m", "autograder", "grade-all", str(folder),
-                        "--out", str(out), "--no-progress", "--gradebook",
-                        str(folder / "gradebook.db")], cwd=tmp_path, capture_output=True,
-                       text=True, timeout=1200, env=env)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    rows = {r["student"]: (float(r["total"]), float(r["max_total"]))
-            for r in csv.DictReader(out.open()) if r["assignment"] == "ps1_sharding"}
+    nbgrader = str(Path(sys.executable).parent / "nbgrader")
+
+    def grade_all():
+        p = subprocess.run([sys.executable, "-m", "autograder", "grade-all", str(folder),
+                            "--out", str(out), "--no-progress", "--gradebook",
+                            str(folder / "gradebook.db")], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=1200, env=env)
+        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+        return p.stderr
+
+    grade_all()
+    first = _submissions(folder / "gradebook.db", ["ben"])["ben"]["timestamp"]
+    assert str(first) == "2026-11-20 08:00:00"
+    ben.write_text(resubmitted)
+    err = grade_all()
+    assert "4 submission(s): 0 graded, 1 refused, 3 unchanged since the last run" in err, err
+    assert "refused: dan/ps1_sharding: dan/ps1_sharding/ holds 'ps1_sharding.py'" in err, err
+    # nbgrader autograde on dan's folder: skipped (nbgrader says so), no submission made
+    p = subprocess.run([nbgrader, "autograde", "ps1_sharding", "--student", "dan"], cwd=folder,
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert "No notebooks were matched" in p.stderr and "dan" in p.stderr, p.stderr[-2000:]
+
+    students = ("ada", "ben", "cleo")
+    want = {s: _submissions(course / "grading" / f"{s}-ps1_sharding" / "gradebook.db", [s])[s]
+            for s in students}
+    got = _submissions(folder / "gradebook.db", students + ("dan",))
+    assert got.pop("dan") is None
+    assert got == want
+    assert want["cleo"]["seconds_late"] == 15.5 * 3600 and want["cleo"]["late_penalty"] > 0
+    assert want["ada"]["seconds_late"] == 0 and not want["ada"]["late_penalty"]
+    assert not any(w["needs_manual_grade"] for w in want.values())
+
+    rows = {r["student"]: r for r in csv.DictReader(out.open())}
+    totals = {s: (float(r["total"]), float(r["max_total"])) for s, r in rows.items() if s != "dan"}
     # the CSV shows scores to two decimals; the gradebook keeps them exact
-    assert rows == {s: tuple(round(float(x), 2) for x in v) for s, v in _scores(course).items()}
-    p = subprocess.run([str(Path(sys.executable).parent / "nbgrader"), "generate_feedback",
-                        "ps1_sharding"], cwd=folder, capture_output=True, text=True,
-                       timeout=600, env=env)
+    assert totals == {s: tuple(round(float(x), 2) for x in v) for s, v in _scores(course).items()}
+    assert rows["dan"]["total"] == "refused"
+    assert rows["cleo"]["timestamp"] == "2026-11-22 09:30:00"
+    assert float(rows["cleo"]["seconds_late"]) == 55800.0
+    assert float(rows["cleo"]["late_penalty"]) == round(want["cleo"]["late_penalty"], 2)
+    assert float(rows["ada"]["seconds_late"]) == 0.0
+    page = (tmp_path / "class_report.html").read_text()
+    assert "1 late hand-in(s)" in page and "late by 15 h 30 min" in page, page[-3000:]
+    look = page[page.index("need a look"):page.index("Every hand-in")]
+    assert "dan" in look and "not the notebook ps1_sharding.ipynb" in look
+
+    p = subprocess.run([nbgrader, "generate_feedback", "ps1_sharding"], cwd=folder,
+                       capture_output=True, text=True, timeout=600, env=env)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     html = (folder / "feedback" / "cleo" / "ps1_sharding" / "ps1_sharding.html").read_text()
     assert "FAIL" in html and "numerics" in html
@@ -435,3 +506,26 @@ def test_the_summary_says_what_happened_in_one_block():
     assert "needs regrade: eve/ps1: not graded (RuntimeError: boom)" in text
     assert rest[-1].startswith("  exit 1: run the same command again")
     assert "exit 1" not in summary([O("ann", "ps1")], 150)
+
+
+def test_the_summary_lists_a_py_nbgrader_did_not_grade(tmp_path):
+    """A hand-in folder holding ps1_sharding.py and no notebook: nbgrader autograde skips it
+    (no submission); the course's end-of-run summary lists it for a look, as grade-all does.
+    A folder with the notebook, and a student outside --student, are not listed."""
+    from autograder.classroom.nbgrader_plugin import AutogradeOutcome as O
+    from autograder.classroom.nbgrader_plugin import summary, without_notebook
+
+    for student, name in (("ann", "ps1_sharding.ipynb"), ("dan", "ps1_sharding.py"),
+                          ("eve", "ps1_sharding.py")):
+        folder = tmp_path / "submitted" / student / "ps1_sharding"
+        folder.mkdir(parents=True)
+        (folder / name).write_text("x = 1\n")
+        (folder / "timestamp.txt").write_text("2026-11-21 12:00:00 UTC")
+    assert without_notebook(tmp_path, ["ps1_sharding"]) == [
+        ("dan", "ps1_sharding", "ps1_sharding.py"), ("eve", "ps1_sharding", "ps1_sharding.py")]
+    skipped = without_notebook(tmp_path, ["ps1_sharding"], "d*")
+    assert skipped == [("dan", "ps1_sharding", "ps1_sharding.py")]
+    text = summary([O("ann", "ps1_sharding")], 150, skipped)
+    assert "not graded: dan/ps1_sharding: holds ps1_sharding.py, not the notebook " \
+           "ps1_sharding.ipynb" in text, text
+    assert "exit 1" not in text

@@ -11,7 +11,10 @@ gradebooks and writes it to ``DIR/grades.json``:
 * ``ada``   — the reference answers typed into the student notebook: full marks;
 * ``ben``   — the release notebook handed in untouched: zero for every graded part;
 * ``cleo``  — some answers right, some wrong (tools/demo_class/<assignment>.py): partial marks,
-  with feedback saying what failed.
+  with feedback saying what failed; handed in after the due date (:data:`DUE`), so nbgrader
+  flags it late and its late penalty (``penalty_method = "zero"`` below) takes her score.
+
+Each hand-in carries the ``timestamp.txt`` nbgrader's exchange writes (:data:`HANDED_IN`).
 """
 from __future__ import annotations
 
@@ -31,6 +34,10 @@ import nbformat
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 STUDENTS = ("ada", "ben", "cleo")
+#: every assignment's due date in the gradebook, and each student's time in timestamp.txt
+DUE = "2026-11-21 18:00:00 UTC"
+HANDED_IN = {"ada": "2026-11-21 12:00:00.000000 UTC", "ben": "2026-11-21 12:00:00.000000 UTC",
+             "cleo": "2026-11-22 09:30:00.000000 UTC"}
 
 CONFIG = '''\
 import os
@@ -44,6 +51,7 @@ from autograder.classroom.nbgrader_plugin import configure
 configure(c)
 c.Execute.timeout = 900
 c.Execute.allow_errors = True
+c.LateSubmissionPlugin.penalty_method = "zero"
 '''
 
 
@@ -89,7 +97,7 @@ def hand_in(course: Path, asg: str, student: str, source_nb, release_dir: Path) 
             elif i % 2 == 0:  # right on every other function she did not get wrong
                 c.source = answers[c.metadata["nbgrader"]["grade_id"]]
     nbformat.write(nb, nb_path)
-    (dest / "timestamp.txt").write_text("2026-11-21 12:00:00.000000 UTC")
+    (dest / "timestamp.txt").write_text(HANDED_IN.get(student, HANDED_IN["ada"]))
 
 
 def scores(course: Path, student: str, assignments: list[str]) -> dict[str, tuple]:
@@ -195,6 +203,8 @@ def main(argv=None) -> int:
             gb.add_student(s)
     for asg in assignments:
         check(api.generate_assignment(asg, force=True), f"generate_assignment {asg}")
+        with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+            gb.update_or_create_assignment(asg, duedate=DUE)
         source_nb = nbformat.read(course / "source" / asg / f"{asg}.ipynb", as_version=4)
         for s in STUDENTS:
             hand_in(course, asg, s, source_nb, course / "release" / asg)
@@ -220,20 +230,23 @@ def main(argv=None) -> int:
             shutil.copytree(copies[s, asg] / sub / s / asg, course / sub / s / asg)
     (a.dir / "grades.json").write_text(json.dumps(grades, indent=2))
     print(nbgrader_warnings({t: copies[t] / "nbgrader.log" for t in tasks}))
-    report = write_class_report(course, a.dir / "class_report.html", tasks)
+    report = write_class_report(course, a.dir / "class_report.html", tasks, copies)
     print(f"[{time.time() - t0:5.0f}s] done. Feedback: {course / 'feedback'}\n")
     print(grade_table(grades, assignments))
     print(f"\nClass report: {report}")
     return 0
 
 
-def write_class_report(course: Path, out: Path, tasks) -> Path:
+def write_class_report(course: Path, out: Path, tasks, copies: dict) -> Path:
     """The class report of the demo class, from the grader's report each autograded notebook
-    carries; each hand-in links to its nbgrader feedback page."""
+    carries and, for when it was handed in and how late, each hand-in's gradebook (in its
+    private copy of the course, ``copies``); each hand-in links to its nbgrader feedback page."""
     import os
 
     from autograder.classroom.class_report import HandIn, render
+    from autograder.classroom.gradebook import lateness
     from autograder.classroom.nbgrader_plugin import REPORT_KEY
+    from nbgrader.api import Gradebook
 
     hand_ins = []
     for s, asg in tasks:
@@ -242,7 +255,12 @@ def write_class_report(course: Path, out: Path, tasks) -> Path:
         if rep is None:
             raise RuntimeError(f"{s}/{asg}: the autograded notebook carries no grader report")
         link = os.path.relpath(course / "feedback" / s / asg / f"{asg}.html", out.parent)
-        hand_ins.append(HandIn.from_report({"student": s, **rep}, link))
+        db = copies[s, asg] / "gradebook.db"
+        with Gradebook(f"sqlite:///{db}") as gb:
+            at = gb.find_submission(asg, s).timestamp
+        when = {"timestamp": at and at.isoformat(sep=" "), "timestamp_from": "timestamp.txt",
+                **lateness([{"student": s, "assignment": asg}], str(db)).get((s, asg), {})}
+        hand_ins.append(HandIn.from_report({"student": s, **rep, **when}, link))
     out.write_text(render(hand_ins, title="Demo class"))
     return out.resolve()
 

@@ -14,7 +14,9 @@ cluster (:mod:`autograder.classroom.cluster`; the same isolation on the worker).
   signed with a key kept beside the reports (a later run reuses only a report whose signature
   and fingerprint check out: the batch is resumable; ``--force`` grades again);
 * ``reports/<student>.json``: the student's report, all assignments;
-* the CSV (``--out``): student, assignment, one column per graded function, total, max.
+* the CSV (``--out``): student, assignment, one column per graded function, total, max, and
+  when it was handed in (:func:`handed_in`: nbgrader's ``timestamp.txt`` beside the notebook,
+  else the file's own time) and, with ``--gradebook``, how late, as nbgrader computes it.
 
 Only this process and the trusted graders write there; student code runs in the sandbox and
 sees none of it. The trusted graders share one JAX compilation cache (warmed once with the jit
@@ -57,6 +59,10 @@ class Item:
     own_folder: bool = False
     #: why this hand-in is refused before anything reads it (None: it is graded)
     refused: Optional[str] = None
+    #: its folder holds no notebook at all (a ``.py`` in the nbgrader layout): ``nbgrader
+    #: autograde`` skips such a folder and makes no submission of it, so neither does
+    #: ``--gradebook`` (both list it for a look)
+    no_notebook: bool = False
 
     @property
     def key(self) -> str:
@@ -72,6 +78,59 @@ def _known_assignments() -> list[str]:
 def _assignment_in(name: str, known: list[str]) -> Optional[str]:
     hits = [a for a in known if a in name]
     return max(hits, key=len) if hits else None
+
+
+#: the file nbgrader's exchange (``nbgrader collect``) writes beside a hand-in: when it was
+#: submitted
+TIMESTAMP_FILE = "timestamp.txt"
+
+
+def handed_in(item: Item) -> dict:
+    """When ``item`` was handed in, as its report carries it (read afresh on every run, so a
+    resubmission whose notebook is unchanged still gets its new time): ``timestamp`` (UTC, ISO
+    format, parsed by nbgrader's own parser when nbgrader is installed) and ``timestamp_from``:
+    ``"timestamp.txt"`` (nbgrader's file in the hand-in's folder, what ``nbgrader autograde``
+    records; the only time ``--gradebook`` writes) or ``"file"`` (the hand-in's modification
+    time: shown, never written to the gradebook, since nbgrader records none without
+    ``timestamp.txt``). A ``timestamp.txt`` that cannot be read as a time gives
+    ``timestamp_problem`` (nbgrader autograde fails such a hand-in) and no time."""
+    if item.own_folder:
+        path = item.path.parent / TIMESTAMP_FILE
+        if os.path.lexists(path):
+            why = regular(path)
+            text = "" if why else read_capped(path)[:200].decode("utf-8", "replace").strip()
+            if not why and text:
+                try:
+                    return {"timestamp": _utc(text), "timestamp_from": TIMESTAMP_FILE}
+                except (ValueError, OverflowError):
+                    why = f"{TIMESTAMP_FILE} does not hold a time: {text[:60]!r}"
+            if why:
+                return {"timestamp": None, "timestamp_from": TIMESTAMP_FILE,
+                        "timestamp_problem": why}
+    try:
+        st = os.lstat(item.path)
+    except OSError:
+        return {"timestamp": None, "timestamp_from": None}
+    from datetime import datetime, timezone
+
+    at = datetime.fromtimestamp(st.st_mtime, timezone.utc).replace(tzinfo=None)
+    return {"timestamp": at.isoformat(sep=" ", timespec="seconds"), "timestamp_from": "file"}
+
+
+def _utc(text: str) -> str:
+    """A ``timestamp.txt``'s time in UTC, ISO format: nbgrader's own parser (the time
+    ``nbgrader autograde`` records), else the ISO format alone."""
+    try:
+        from nbgrader.utils import parse_utc
+    except ImportError:  # pragma: no cover - without nbgrader there is no gradebook to agree with
+        from datetime import datetime, timezone
+
+        at = datetime.fromisoformat(text.replace(" UTC", "+00:00"))
+        if at.tzinfo is not None:
+            at = at.astimezone(timezone.utc).replace(tzinfo=None)
+    else:
+        at = parse_utc(text)
+    return at.isoformat(sep=" ")
 
 
 def _pick_notebook(folder: Path, assignment: str) -> Optional[Path]:
@@ -97,8 +156,12 @@ def discover(root: Path, limits=None) -> list[Item]:
     depth, listing time; None: the defaults of :class:`~autograder.supervisor.options.Limits`),
     and two hand-ins that map to the same student and assignment, come back refused
     (``Item.refused`` says why, naming the files): graded by nobody, and listed for a look."""
+    from .seed import course_root
+
     root = Path(root)
     known = _known_assignments()
+    #: an nbgrader course folder, which nbgrader autograde grades too: its rule on files holds
+    course = course_root(root) is not None
     if (root / "submitted").is_dir() and not (root / "submitted").is_symlink():
         root = root / "submitted"
     items: list[Item] = []
@@ -136,14 +199,36 @@ def discover(root: Path, limits=None) -> list[Item]:
             if nb is None:
                 continue
             refused = regular(nb)
-            if refused is None and adir.name in known and nb.stem != adir.name:
-                # nbgrader autograde refuses a hand-in without the release's file name, so
-                # grade-all does too (one rule for both paths): listed for a look, not graded
-                refused = (f"{sdir.name}/{adir.name}/ holds no {adir.name}.ipynb (found "
-                           f"{nb.name!r}, renamed by a browser?): rename it to "
-                           f"{adir.name}.ipynb and grade again; nbgrader autograde refuses it too")
-            items.append(Item(sdir.name, a, nb, own_folder=True, refused=refused))
+            no_notebook = False
+            if refused is None and adir.name in known:
+                refused, no_notebook = _not_the_release(sdir.name, adir, nb, course)
+            items.append(Item(sdir.name, a, nb, own_folder=True, refused=refused,
+                              no_notebook=no_notebook))
     return _refuse_clashes(items)
+
+
+def _not_the_release(student: str, folder: Path, picked: Path,
+                     course: bool) -> tuple[Optional[str], bool]:
+    """Why a hand-in in the nbgrader layout is refused (None: it is not), and whether its
+    folder holds no notebook at all. ``nbgrader autograde`` grades ``<assignment>.ipynb`` only:
+    a renamed notebook stops it (the submission is made, its grades left for a look), a folder
+    with no notebook (a ``.py``) is skipped (no submission). grade-all refuses a renamed file
+    anywhere and, in an nbgrader course folder (``course``: one nbgrader autograde grades too),
+    anything but the notebook, so that the two paths give the same gradebook: neither grades
+    it, both list it for a look. Outside a course folder a ``.py`` is graded."""
+    asg = folder.name
+    no_notebook = picked.suffix != ".ipynb" and not any(
+        p.suffix == ".ipynb" and not p.name.startswith(".") for p in folder.iterdir())
+    if picked.stem != asg:
+        return (f"{student}/{asg}/ holds no {asg}.ipynb (found {picked.name!r}, renamed by a "
+                f"browser?): rename it to {asg}.ipynb and grade again; nbgrader autograde "
+                "refuses it too"), no_notebook
+    if picked.suffix == ".ipynb" or not course:
+        return None, False
+    return (f"{student}/{asg}/ holds {picked.name!r}, not the notebook {asg}.ipynb: in an "
+            f"nbgrader course folder both grading paths grade the notebook only (nbgrader "
+            f"autograde skips this folder); put the code into {asg}.ipynb and grade again, or "
+            f"grade the file alone with `python -m autograder grade {picked.name}`"), no_notebook
 
 
 def _refuse_clashes(items: list[Item]) -> list[Item]:
@@ -174,6 +259,8 @@ def fingerprint(item: Item, opts) -> str:
     h.update(read_capped(item.path))
     if item.own_folder:  # helper files beside the notebook are graded with it
         for p in own_files(item.path.parent, limits=opts.limits):
+            if p.parent == item.path.parent and p.name == TIMESTAMP_FILE:
+                continue  # when, not what: a resubmission of the same files is not regraded
             h.update(str(p.relative_to(item.path.parent)).encode())
             h.update(read_capped(p))
     h.update(json.dumps([GRADER_VERSION, assignment_hash(item.assignment), item.assignment,
@@ -274,9 +361,12 @@ def _refused(item: Item) -> Outcome:
     """The outcome of a hand-in refused before anything read it (a renamed notebook, a link,
     two hand-ins of one student): the hand-in's own, for a person to look at, never the
     grader's fault and never graded with or without isolation."""
-    return Outcome(item, {"student": item.student, "assignment": item.assignment,
-                          "submission": str(item.path), "score": 0.0, "max_score": 0.0,
-                          "functions": {}, "refused": item.refused})
+    rep = {"student": item.student, "assignment": item.assignment,
+           "submission": str(item.path), "score": 0.0, "max_score": 0.0,
+           "functions": {}, "refused": item.refused}
+    if item.no_notebook:
+        rep["no_notebook"] = True
+    return Outcome(item, rep)
 
 
 def _not_graded(item: Item, error: str) -> Outcome:
@@ -364,6 +454,19 @@ def isolated_cell(report: dict) -> str:
     return "yes" if report.get("isolated", False) else "NO"
 
 
+#: the CSV's last columns: when the hand-in was handed in (UTC) and where that time comes from
+#: (:func:`handed_in`); with ``--gradebook``, the seconds past the due date (nbgrader's
+#: ``total_seconds_late``, the student's extension counted) and nbgrader's late penalty (its
+#: ``LateSubmissionPlugin``), as ``nbgrader export`` shows them; empty where not known
+LATE_COLUMNS = ("timestamp", "timestamp_from", "seconds_late", "late_penalty")
+
+
+def _late_cell(value):
+    if value is None:
+        return ""
+    return shown(value) if isinstance(value, float) else _cell(str(value))
+
+
 def write_outputs(outcomes: list[Outcome], csv_path: Path, reports: Path) -> None:
     from ..course import registry
 
@@ -378,7 +481,7 @@ def write_outputs(outcomes: list[Outcome], csv_path: Path, reports: Path) -> Non
     with replaced(csv_path) as tmp, open(tmp, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["student", "assignment"] + fnames
-                   + ["total", "max_total", "isolated", "needs_regrade"])
+                   + ["total", "max_total", "isolated", "needs_regrade"] + list(LATE_COLUMNS))
         for o in rows:
             fs = o.report.get("functions", {})
             # a function the grader failed on has no grade: its cell says so, never a 0
@@ -387,7 +490,8 @@ def write_outputs(outcomes: list[Outcome], csv_path: Path, reports: Path) -> Non
                        + [(REGRADE if fs[n].get("needs_regrade") else shown(fs[n]["score"]))
                           if n in fs else "" for n in fnames]
                        + [total, max_total, isolated_cell(o.report),
-                          " ".join(o.report.get("needs_regrade") or [])])
+                          " ".join(o.report.get("needs_regrade") or [])]
+                       + [_late_cell(o.report.get(k)) for k in LATE_COLUMNS])
     by_student: dict[str, list[dict]] = {}
     for o in rows:
         by_student.setdefault(o.item.student, []).append(o.report)
@@ -445,6 +549,8 @@ def grade_all(root: Path, *, workers: int = 1, out: Optional[Path] = None,
             bar = None
 
     def record(o: Outcome) -> None:
+        # when it was handed in: read on every run, never taken from a reused report
+        o.report.update(handed_in(o.item))
         with lock:
             outcomes.append(o)
             write_outputs(outcomes, out, reports)  # progress survives an interruption
@@ -477,11 +583,17 @@ def grade_all(root: Path, *, workers: int = 1, out: Optional[Path] = None,
     finally:
         if bar is not None:
             bar.close()
-    write_outputs(outcomes, out, reports)
+    write_all(outcomes, out, reports)
+    return outcomes
+
+
+def write_all(outcomes: list[Outcome], out: Path, reports: Path) -> None:
+    """The CSV, each student's report and the class report, from ``outcomes`` (written again
+    by ``grade-all --gradebook`` once the gradebook said which hand-ins are late)."""
     from .class_report import write as write_class_report
 
+    write_outputs(outcomes, out, reports)
     write_class_report(reports, class_report_path(out))
-    return outcomes
 
 
 def class_seed(root: Path) -> int:

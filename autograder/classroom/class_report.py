@@ -14,7 +14,8 @@ reports to an HTML fragment:
 * the modeled TPU speed ratios against each function's limit;
 * the hand-ins that need a human look (not graded, timed out, crashed, graded without isolation,
   notes about the submission);
-* every student's total, linked to their report.
+* every student's total, linked to their report, with when it was handed in and, where the
+  gradebook gave a due date (``grade-all --gradebook``), how late and nbgrader's late penalty.
 """
 from __future__ import annotations
 
@@ -69,6 +70,33 @@ class HandIn:
     report: str  # the student's report file, relative to the page
     refused: str = ""  # why the hand-in was refused before grading (its own fault)
     regrade: bool = False  # the grader failed on some function: graded again by the next run
+    #: when it was handed in (UTC) and where that time is from (batch.handed_in)
+    timestamp: str = ""
+    timestamp_from: str = ""
+    timestamp_problem: str = ""
+    #: from the gradebook (nbgrader's figures): None where grade-all had no gradebook
+    seconds_late: Optional[float] = None
+    late_penalty: Optional[float] = None
+
+    @property
+    def late(self) -> bool:
+        return bool(self.seconds_late)
+
+    def handed_in(self) -> str:
+        """When, as the page shows it: the file's own time is said to be one."""
+        if not self.timestamp:
+            return ""
+        return self.timestamp[:19] + " UTC" + (" (file time)" if self.timestamp_from == "file"
+                                                else "")
+
+    def late_text(self) -> str:
+        """"on time", how late (and the penalty, if any), or "" where no gradebook said."""
+        if self.seconds_late is None:
+            return ""
+        if not self.seconds_late:
+            return "on time"
+        text = f"late by {_duration(self.seconds_late)}"
+        return text + (f", penalty {shown(self.late_penalty):g}" if self.late_penalty else "")
 
     @property
     def graded(self) -> bool:
@@ -94,7 +122,28 @@ class HandIn:
                    notes=tuple(rep.get("notes") or ()), isolated=bool(rep.get("isolated", False)),
                    error=str(rep.get("error") or ""), report=report,
                    refused=str(rep.get("refused") or ""),
-                   regrade=bool(rep.get("needs_regrade")))
+                   regrade=bool(rep.get("needs_regrade")),
+                   timestamp=str(rep.get("timestamp") or ""),
+                   timestamp_from=str(rep.get("timestamp_from") or ""),
+                   timestamp_problem=str(rep.get("timestamp_problem") or ""),
+                   seconds_late=_number(rep.get("seconds_late")),
+                   late_penalty=_number(rep.get("late_penalty")))
+
+
+def _number(value) -> Optional[float]:
+    return None if value is None else float(value)
+
+
+def _duration(seconds: float) -> str:
+    """``1 d 2 h``, ``3 h 5 min``, ``40 s``: to the two largest units."""
+    parts, left = [], int(round(seconds))
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60), ("s", 1)):
+        if left >= size or (unit == "s" and not parts):
+            parts.append(f"{left // size} {unit}")
+            left %= size
+        if len(parts) == 2:
+            break
+    return " ".join(parts)
 
 
 def load_reports(reports: Path, page_dir: Optional[Path] = None) -> list[HandIn]:
@@ -324,6 +373,9 @@ def look_section(hand_ins: list[HandIn]) -> str:
                 if LOOK.search(c.get("message", "")):
                     why.append(f"{fn} {c['name']}: {c['message']}")  # whole, never cut
         why += [f"note: {n}" for n in h.notes]
+        if h.timestamp_problem:
+            why.append(f"handed-in time unknown: {h.timestamp_problem} (nbgrader autograde "
+                       "fails such a hand-in)")
         if why:
             rows.append(f'<tr><td><a href="{_e(h.report)}">{_e(h.student)}</a></td>'
                         f"<td>{_e(h.assignment)}</td><td>{'<br>'.join(_e(w) for w in why)}</td>"
@@ -339,10 +391,20 @@ def students_section(hand_ins: list[HandIn]) -> str:
         f'<tr class="grade" data-student="{_e(h.student)}" data-assignment="{_e(h.assignment)}">'
         f'<td><a href="{_e(h.report)}">{_e(h.student)}</a></td><td>{_e(h.assignment)}</td>'
         f'<td class="total">{_e(_total(h.totals()[0]))}</td>'
-        f'<td class="max">{_e(_total(h.totals()[1]))}</td></tr>'
+        f'<td class="max">{_e(_total(h.totals()[1]))}</td>'
+        f'<td class="handed-in">{_e(h.handed_in())}</td>'
+        f'<td class="late">{"<b>" if h.late else ""}{_e(h.late_text())}'
+        f'{"</b>" if h.late else ""}</td></tr>'
         for h in sorted(hand_ins, key=lambda h: (h.student, h.assignment)))
-    return ("<h2>Every hand-in</h2><table><tr><th>student</th><th>assignment</th><th>total</th>"
-            "<th>out of</th></tr>" + rows + "</table>")
+    late = sum(h.late for h in hand_ins)
+    known = any(h.seconds_late is not None for h in hand_ins)
+    note = (f"<p>{late} late hand-in(s), against the due dates in nbgrader's gradebook (the total "
+            "is before nbgrader's late penalty, as in nbgrader export).</p>" if known else
+            "<p><small>Late: run grade-all with <code>--gradebook</code> to compare the times with "
+            "the due dates in nbgrader's gradebook.</small></p>")
+    return ("<h2>Every hand-in</h2>" + note + "<table><tr><th>student</th><th>assignment</th>"
+            "<th>total</th><th>out of</th><th>handed in</th><th>late</th></tr>" + rows
+            + "</table>")
 
 
 SECTIONS = (scores_section, checks_section, failures_section, speed_section, look_section,

@@ -258,9 +258,32 @@ class AutogradeOutcome:
     log: Optional[Path] = None
 
 
-def summary(handins: list, cell_timeout: float) -> str:
+def without_notebook(root: Path, assignments, students: str = "*") -> list[tuple[str, str, str]]:
+    """(student, assignment, file) of each hand-in folder ``submitted/<student>/<assignment>/``
+    (``students``: nbgrader's ``--student`` pattern) that holds no notebook but a file handed in
+    in its place (a ``.py``): nbgrader autograde skips such a folder with a warning and makes no
+    submission of it; grade-all refuses it (batch.py). Both list it for a look."""
+    import fnmatch
+
+    out = []
+    for asg in sorted(set(assignments)):
+        for folder in sorted(Path(root).glob(f"submitted/*/{asg}")):
+            student = folder.parent.name
+            if not fnmatch.fnmatch(student, students or "*") or not folder.is_dir():
+                continue
+            names = sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))
+            if any(n.endswith(".ipynb") for n in names):
+                continue
+            handed = [n for n in names if n.endswith(".py")]
+            if handed:
+                out.append((student, asg, handed[0]))
+    return out
+
+
+def summary(handins: list, cell_timeout: float, skipped=()) -> str:
     """One short block: how many hand-ins were graded, refused, need a regrade, had a cell
-    stopped by the cell limit; each one that needs a look, and what to do."""
+    stopped by the cell limit; each one that needs a look, and what to do. ``skipped``:
+    :func:`without_notebook`'s hand-ins, which nbgrader did not grade."""
     refused = [h for h in handins if h.refused]
     failed = [h for h in handins if h.error and not h.refused]
     regrade = [h for h in handins if h.regrade and not h.error and not h.refused]
@@ -278,6 +301,10 @@ def summary(handins: list, cell_timeout: float) -> str:
                      + (f"; the grader's log: {h.log}" if h.log else ""))
     for h in failed:
         lines.append(f"  needs regrade: {h.student}/{h.assignment}: not graded ({h.error})")
+    for student, asg, name in skipped:
+        lines.append(f"  not graded: {student}/{asg}: holds {name}, not the notebook "
+                     f"{asg}.ipynb: nbgrader grades the notebook only (no submission made; "
+                     "grade-all refuses it too): ask for the notebook")
     for h in stopped:
         lines.append(f"  cell stopped: {h.student}/{h.assignment}: cell {h.stopped_cell} ran "
                      f"past {cell_timeout:g} s in the run for the feedback (its feedback says "
@@ -299,6 +326,7 @@ class _Run:
         self._handins: list = []
         self._timeout = 0.0
         self._registered = False
+        self._course: Optional[tuple] = None  # (root, student pattern) of this run
 
     def add(self, handin: AutogradeOutcome, step: "GradeInSandbox") -> None:
         if not _command_line():  # nbgrader's API: its caller reads the warnings in the log
@@ -306,6 +334,11 @@ class _Run:
         with self._lock:
             self._handins.append(handin)
             self._timeout = step.cell_timeout
+            if self._course is None:
+                from nbgrader.coursedir import CourseDirectory
+
+                cd = CourseDirectory(config=step.config)
+                self._course = (Path(cd.root), cd.student_id)
             if not self._registered:
                 import atexit
 
@@ -323,7 +356,11 @@ class _Run:
 
         handins, timeout = self.take()
         if handins:
-            print("\n" + summary(handins, timeout), file=sys.stderr, flush=True)
+            skipped = ()
+            if self._course is not None:
+                root, students = self._course
+                skipped = without_notebook(root, {h.assignment for h in handins}, students)
+            print("\n" + summary(handins, timeout, skipped), file=sys.stderr, flush=True)
 
 
 def _command_line() -> bool:

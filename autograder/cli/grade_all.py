@@ -117,32 +117,48 @@ def _cmd(a) -> int:
               f"cannot reach the Dask scheduler at {a.scheduler}: {e}", file=sys.stderr)
         return 2
     if a.gradebook:
-        from ..classroom.gradebook import publish
-
-        n = publish([o.report for o in outcomes], a.gradebook)
-        print(f"{n} grade(s) written to the gradebook {a.gradebook}", file=sys.stderr)
+        from ..classroom.batch import write_all
+        from ..classroom.gradebook import course_config, lateness, publish
         from ..classroom.seed import course_root
 
         course = course_root(root)
+        reps = [o.report for o in outcomes]
+        n = publish(reps, a.gradebook, config=course_config(course))
+        print(f"{n} grade(s) written to the gradebook {a.gradebook}", file=sys.stderr)
+        # how late, as nbgrader computed it there: into the CSV and the class report
+        late = lateness(reps, a.gradebook)
+        for o in outcomes:
+            o.report.update(late.get((str(o.report.get("student")),
+                                      o.report.get("assignment")), {}))
+        write_all(outcomes, Path(a.out),
+                  Path(a.reports) if a.reports else Path(a.out).parent / "reports")
+        n_late = sum(1 for v in late.values() if v["seconds_late"] > 0)
+        if n_late:
+            print(f"{n_late} hand-in(s) late (the CSV's seconds_late and late_penalty, as "
+                  "nbgrader export shows them)", file=sys.stderr)
         if course is not None:  # nbgrader generate_feedback reads autograded notebooks
             from ..classroom.nbgrader_plugin import write_autograded
 
             files = write_autograded(course, outcomes)
             print(f"{len(files)} autograded notebook(s) written under {course / 'autograded'} "
                   "(nbgrader generate_feedback ASSIGNMENT makes the feedback)", file=sys.stderr)
-    graded = [o for o in outcomes if not o.skipped]
-    print(f"{len(outcomes)} submission(s): {len(graded)} graded, "
-          f"{len(outcomes) - len(graded)} unchanged since the last run; "
+    refused = [o for o in outcomes if o.report.get("refused")]
+    graded = [o for o in outcomes if not o.skipped and not o.report.get("refused")]
+    print(f"{len(outcomes)} submission(s): {len(graded)} graded, {len(refused)} refused, "
+          f"{sum(o.skipped for o in outcomes)} unchanged since the last run; "
           f"{time.monotonic() - t0:.1f} s; CSV: {a.out}; class report: "
           f"{class_report_path(Path(a.out))}"
           + (f"; on the INSECURE scheduler {a.scheduler} (no TLS, no authentication)"
              if a.scheduler and a.insecure_scheduler else ""), file=sys.stderr)
-    refused = [o for o in outcomes if o.report.get("refused")]
     for o in refused:  # the hand-in's own: a person fixes it, the grader cannot
         print(f"refused: {o.item.key}: {o.report['refused']}", file=sys.stderr)
     if refused:
         print(f"{len(refused)} hand-in(s) refused before grading (the hand-in, not the grader: "
               "listed under 'needs a look'); fix them and grade again", file=sys.stderr)
+    for o in outcomes:
+        if o.report.get("timestamp_problem"):  # nbgrader autograde fails such a hand-in
+            print(f"handed-in time unknown: {o.item.key}: {o.report['timestamp_problem']} "
+                  "(no time written to the gradebook)", file=sys.stderr)
     regrade = [o for o in outcomes if o.report.get("needs_regrade")]
     failed = [o for o in outcomes if o.report.get("error")]
     if regrade or failed:
