@@ -8,7 +8,10 @@ A template is a "percent" script: ``# %% [markdown]`` cells (lines prefixed with
 ``solutions/<assignment>.py`` (the single source of the answers, with nbgrader's BEGIN/END
 SOLUTION markers), each preceded by what the grader checks for every function it defines
 (:func:`autograder.course.bars.bar`, read from the registry), and ``# %% [check] name`` cells, which
-become a visible public check and a hidden autograder cell worth the registry's points.
+become a visible public check and a hidden autograder cell worth the registry's points. The
+build stops, naming the notebook, the cell and the name, when a cell names a function nothing
+defines (a demo cell that calls it, a text cell that names it as called): what removing a
+problem from the registry leaves behind.
 
 Next to the notebook the builder writes a pytest file and the ``selfcheck/`` package: the course
 package's modules that the public check and ``tpu_profile`` need (``public``, ``notebook_tools`` and
@@ -247,6 +250,97 @@ def solution_sources(asg: str) -> dict[str, str]:
     return out
 
 
+#: a function named in a text cell as called: `` `name(` `` (a bare name, not ``jnp.roll(``)
+TEXT_CALL = re.compile(r"`([A-Za-z_]\w*)\(")
+
+
+def _code_names(source: str) -> tuple[set[str], set[str]]:
+    """(the names a code cell binds anywhere, the names it reads), as Python parses it; lines
+    that are IPython magics or shell escapes are left out, as IPython takes them; a cell it
+    cannot parse raises SyntaxError."""
+    if source.lstrip().startswith("%%"):  # a cell magic: not Python
+        return set(), set()
+    lines = ["" if l.lstrip().startswith(("%", "!")) else l for l in source.splitlines()]
+    bound, read = set(), set()
+    for n in ast.walk(ast.parse("\n".join(lines))):
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(n.name)
+        elif isinstance(n, ast.Name):
+            (read if isinstance(n.ctx, ast.Load) else bound).add(n.id)
+        elif isinstance(n, ast.alias):
+            bound.add((n.asname or n.name).split(".")[0])
+        elif isinstance(n, ast.arg):
+            bound.add(n.arg)
+        elif isinstance(n, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and n.name:
+            bound.add(n.name)
+        elif isinstance(n, ast.MatchMapping) and n.rest:
+            bound.add(n.rest)
+    return bound, read
+
+
+def _cell_label(cell) -> str:
+    """A cell, as an instructor finds it in the template: its id and its first line."""
+    first = next((l.strip() for l in cell.source.splitlines() if l.strip()), "")
+    return f"cell {cell.get('id', '?')} ({cell.cell_type}: {first[:60]!r})"
+
+
+def unknown_names(nb, graded, library=lambda name: False) -> list[str]:
+    """What in ``nb`` names a function nothing defines, one message per cell and name: a code
+    cell (a demo, a check) that reads a name no cell of the notebook binds (a NameError for
+    the student who runs it), and a text cell that names a function as called
+    (`` `name(...)` ``) that is neither bound in the notebook nor a graded function of
+    ``graded`` (the registry's names) nor one of ``library`` (JAX's, NumPy's, Python's). Such
+    a cell is what removing a problem from the registry leaves behind."""
+    import builtins
+
+    bound, reads, errors = set(dir(builtins)), {}, []
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        try:
+            b, reads[i] = _code_names(cell.source)
+        except SyntaxError as e:
+            errors.append((i, f"{_cell_label(cell)} is not Python: {e.msg} (line {e.lineno})"))
+            continue
+        bound |= b
+    for i, cell in enumerate(nb.cells):
+        for name in sorted(reads.get(i, set()) - bound):
+            what = ("a graded function of the registry that no cell defines" if name in graded
+                    else "defined by no cell of the notebook and not a graded function of "
+                    "the registry")
+            errors.append((i, f"{_cell_label(cell)} uses `{name}`, {what}: students running "
+                          "it get a NameError"))
+        if cell.cell_type != "markdown":
+            continue
+        for name in sorted({m.group(1) for m in TEXT_CALL.finditer(cell.source)}):
+            if name not in bound and name not in graded and not library(name):
+                errors.append((i, f"{_cell_label(cell)} names `{name}(...)`, which is not a "
+                               "graded function of the registry and which no cell defines"))
+    return [msg for _, msg in sorted(errors, key=lambda e: e[0])]
+
+
+def library_name(name: str) -> bool:
+    """Whether ``name`` is a function of the libraries the notebooks' text refers to bare
+    (``relu``, ``axis_index``, ``roll``)."""
+    import jax
+    import numpy as np
+
+    return any(hasattr(m, name) for m in (jax, jax.lax, jax.nn, jax.numpy, np))
+
+
+def check_names(asg: str, nb) -> None:
+    """Stop the build when a cell of ``asg``'s notebook names a function nothing defines
+    (:func:`unknown_names`), naming the notebook, each cell and each name."""
+    from autograder.course import registry
+
+    errors = unknown_names(nb, set(registry.REGISTRY), library_name)
+    if errors:
+        raise SystemExit(
+            f"notebooks/{asg}.py (built as source/{asg}/{asg}.ipynb): a cell names a function "
+            "nothing defines (a problem removed from the registry leaves such cells: remove "
+            "them, or register the problem again):\n  " + "\n  ".join(errors))
+
+
 def build_notebook(asg: str):
     from autograder.course import bars, registry
 
@@ -296,6 +390,7 @@ def build_notebook(asg: str):
     })
     for i, c in enumerate(nb.cells):  # stable ids keep the files diff-friendly
         c["id"] = f"{asg}-{i:03d}"
+    check_names(asg, nb)
     return nb
 
 

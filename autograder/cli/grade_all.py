@@ -66,6 +66,14 @@ def _cmd(a) -> int:
         except ImportError:
             print("--gradebook needs nbgrader: pip install '.[nbgrader]'", file=sys.stderr)
             return 2
+        from ..classroom.gradebook import ROOT as PACKAGE_ROOT
+        from ..classroom.gradebook_sync import before_grading
+        from ..classroom.seed import course_root
+
+        why = before_grading(a.gradebook, course_root(Path(a.dir)) or PACKAGE_ROOT)
+        if why:
+            print(why, file=sys.stderr)
+            return 2
 
     root = Path(a.dir)
     if not root.is_dir():

@@ -6,6 +6,7 @@
     python -m autograder profile SUBMISSION FUNCTION [--chip v5e] [--mesh 2x4] [--json]
     python -m autograder doctor
     python -m autograder cluster-certs FOLDER
+    python -m autograder gradebook-sync [DB] [--course DIR] [--apply]
 
 Student code runs only in the sandbox (:mod:`autograder.isolation`); the verdicts come from a
 trusted process that grades the programs it exported. A submission that hangs or crashes still
@@ -134,7 +135,52 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--out", default="class_report.html")
     c.add_argument("--title", default="Class report")
     c.set_defaults(func=_cmd_class_report)
+    s = sub.add_parser("gradebook-sync", help="bring nbgrader's gradebook in line with the "
+                       "course after a problem was added or removed (says what differs; "
+                       "--apply writes it)")
+    s.add_argument("gradebook", nargs="?", default=None, metavar="DB",
+                   help="the gradebook (an SQLAlchemy URL or an sqlite file; default: the "
+                   "course folder's gradebook.db)")
+    s.add_argument("--course", default=".", metavar="DIR",
+                   help="the course folder: source/ built by `make release` from today's "
+                   "registry, and its nbgrader_config.py (default: .)")
+    s.add_argument("--apply", action="store_true",
+                   help="write the changes (copy the gradebook first: removed cells take "
+                   "their grades with them)")
+    s.set_defaults(func=_cmd_gradebook_sync)
     return ap
+
+
+def _cmd_gradebook_sync(a) -> int:
+    from ..classroom.gradebook_sync import sync
+
+    try:
+        import nbgrader.api  # noqa: F401
+    except ImportError:  # pragma: no cover - nbgrader is optional
+        print("gradebook-sync needs nbgrader: pip install '.[nbgrader]'", file=sys.stderr)
+        return 2
+    course = Path(a.course)
+    target = a.gradebook or str(course / "gradebook.db")
+    if "://" not in target and not Path(target).is_file():
+        print(f"no gradebook at {target}", file=sys.stderr)
+        return 2
+    try:
+        changes = sync(target, course, write=a.apply)
+    except (ValueError, FileNotFoundError) as e:
+        print(e, file=sys.stderr)
+        return 2
+    if not changes:
+        print(f"the gradebook {target} is in line with the course")
+        return 0
+    print(("changed" if a.apply else "would change") + f" in the gradebook {target}:")
+    for ch in changes:
+        print("  " + ch.text())
+    if a.apply:
+        print("grade the changed assignments again (grade-all grades them again by itself), "
+              "then nbgrader generate_feedback ASSIGNMENT --force")
+        return 0
+    print("nothing written: the same command with --apply writes it (copy the gradebook first)")
+    return 1
 
 
 def _cmd_class_report(a) -> int:

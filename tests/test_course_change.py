@@ -1,0 +1,176 @@
+"""Changing the course mid-term: the build stops on a cell that names a removed function, and
+``gradebook-sync`` brings nbgrader's gradebook in line with the registry."""
+import sys
+
+import pytest
+from conftest import ROOT
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+#: pure Python on hand-made notebooks and a tiny gradebook: make test-latest leaves it out
+pytestmark = pytest.mark.orchestration
+
+sys.path.insert(0, str(ROOT / "tools"))
+
+
+def _notebook(*cells):
+    nb = new_notebook(cells=list(cells))
+    for i, c in enumerate(nb.cells):
+        c["id"] = f"ps9-{i:03d}"
+    return nb
+
+
+def test_build_names_each_cell_that_calls_a_removed_function():
+    from build_notebooks import unknown_names
+
+    nb = _notebook(
+        new_markdown_cell("# PS 9\n\n| `mlp_block(In, W, mesh)` | `matmul(A, B)` | `relu(x)` |"),
+        new_code_cell("import numpy as np\nfrom selfcheck import check\n\n"
+                      "def matmul(A, B):\n    return A @ B"),
+        new_code_cell('check("matmul", matmul)\n%timeit matmul(1, 2)'),
+        new_code_cell("mine = mlp_block(np.ones(3), W, mesh)\ntry:\n    pass\n"
+                      "except ValueError as e:\n    print(e)"),
+    )
+    errors = unknown_names(nb, {"matmul"}, library=lambda n: n == "relu")
+    assert len(errors) == 4, errors
+    text, w, mesh, mlp = errors  # in cell order, then by name
+    assert text.startswith("cell ps9-000 (markdown: '# PS 9')") and "`mlp_block(...)`" in text
+    assert mlp.startswith("cell ps9-003 (code: 'mine = mlp_block(") and "`mlp_block`" in mlp
+    assert "NameError" in mlp and "`mesh`" in mesh and "`W`" in w
+
+
+def test_build_passes_a_notebook_whose_names_are_defined():
+    from build_notebooks import unknown_names
+
+    nb = _notebook(new_markdown_cell("Write `matmul(A, B)`; `jnp.roll(x)` is JAX's."),
+                   new_code_cell("def matmul(A, B):\n    return [a for a in A]"),
+                   new_code_cell("matmul([1], [2])"))
+    assert unknown_names(nb, {"matmul"}) == []
+
+
+def test_build_stops_naming_the_notebook(monkeypatch):
+    import build_notebooks
+
+    nb = _notebook(new_code_cell("mlp_block(1)"))
+    with pytest.raises(SystemExit) as e:
+        build_notebooks.check_names("ps3_collective_matmul", nb)
+    assert "notebooks/ps3_collective_matmul.py" in str(e.value)
+    assert "cell ps9-000" in str(e.value) and "`mlp_block`" in str(e.value)
+
+
+def test_plan_says_what_differs_cell_by_cell():
+    from autograder.classroom.gradebook_sync import plan_assignments, plan_cells
+
+    current = {"grade": {"grade_a": {"max_score": 3.0, "cell_type": "code"},
+                         "grade_gone": {"max_score": 6.0, "cell_type": "code"}},
+               "source": {"grade_a": {"source": "old", "cell_type": "code"}}}
+    target = {"grade": {"grade_a": {"max_score": 4.0, "cell_type": "code"},
+                        "grade_new": {"max_score": 2.0, "cell_type": "code"}},
+              "source": {"grade_a": {"source": "new", "cell_type": "code"}}}
+    texts = [c.text() for c in plan_cells("ps9", current, target, submissions=5)]
+    assert texts == [
+        "ps9: remove grade cell grade_gone, 6 point(s) (5 submission(s) have a grade in it)",
+        "ps9: add grade cell grade_new, 2 point(s) (an empty grade in each of the 5 "
+        "submission(s), until they are graded again)",
+        "ps9: update grade cell grade_a: points 3 -> 4",
+        "ps9: update source cell grade_a (source)"]
+    assert plan_cells("ps9", target, target, submissions=5) == []
+    texts = [c.text() for c in plan_assignments({"ps9": {"ps9": 2, "extra": 0}, "ps0": {"ps0": 1}},
+                                                {"ps9"})]
+    assert texts == ["ps0: not in the course: remove the assignment from the gradebook, with "
+                     "its 1 submission(s)", "ps9: remove notebook 'extra'"]
+
+
+ASG = "ps1_sharding"
+
+
+@pytest.fixture
+def course(tmp_path):
+    """A course folder holding ps1's instructor notebook, and a gradebook recorded before the
+    course changed: ps1 with a removed problem (grade and solution cells, a graded submission)
+    and without two of its problems, and an assignment the course no longer has."""
+    import shutil
+
+    from nbgrader.api import Gradebook
+
+    from autograder.classroom.gradebook import quiet_nbgrader
+
+    (tmp_path / "source" / ASG).mkdir(parents=True)
+    shutil.copy(ROOT / "source" / ASG / f"{ASG}.ipynb", tmp_path / "source" / ASG)
+    (tmp_path / "nbgrader_config.py").write_text("c = get_config()  # noqa: F821\n")
+    db = tmp_path / "gradebook.db"
+    with quiet_nbgrader(), Gradebook(f"sqlite:///{db}") as gb:
+        gb.add_assignment(ASG)
+        gb.add_notebook(ASG, ASG)
+        gb.add_grade_cell("grade_shard_average_jit", ASG, ASG, max_score=3, cell_type="code")
+        gb.add_grade_cell("grade_mlp_block", ASG, ASG, max_score=6, cell_type="code")
+        gb.add_solution_cell("solution_mlp_block", ASG, ASG)
+        gb.add_source_cell("grade_mlp_block", ASG, ASG, cell_type="code", source="grade()",
+                           locked=True)
+        gb.add_student("ada")
+        gb.add_submission(ASG, "ada")
+        for cell, score in (("grade_shard_average_jit", 2.0), ("grade_mlp_block", 6.0)):
+            grade = gb.find_grade(cell, ASG, ASG, "ada")
+            grade.auto_score, grade.needs_manual_grade = score, False
+        gb.db.commit()
+        gb.add_assignment("ps0_gone")
+        gb.add_notebook("ps0_gone", "ps0_gone")
+        gb.add_submission("ps0_gone", "ada")
+    return tmp_path, db
+
+
+def _state(db):
+    from nbgrader.api import Grade, Gradebook
+
+    with Gradebook(f"sqlite:///{db}") as gb:
+        nb = gb.find_notebook(ASG, ASG)
+        return ({a.name for a in gb.assignments}, {c.name: c.max_score for c in nb.grade_cells},
+                {c.name for c in nb.solution_cells}, {c.name for c in nb.source_cells},
+                {(g.cell.name, g.auto_score, g.needs_manual_grade)
+                 for g in gb.db.query(Grade).all()})
+
+
+def test_gradebook_sync_removes_and_adds_cells_only_with_apply(course):
+    from autograder.classroom.gradebook_sync import sync
+    from autograder.course import registry
+
+    folder, db = course
+    before = _state(db)
+    said = [c.text() for c in sync(str(db), folder)]
+    assert _state(db) == before  # a dry run writes nothing
+    assert said[0].startswith("ps0_gone: not in the course")
+    assert f"{ASG}: remove grade cell grade_mlp_block, 6 point(s)" in said[1]
+    assert f"{ASG}: remove solution cell solution_mlp_block" in said
+    assert any(s.startswith(f"{ASG}: add grade cell grade_roll_diff") for s in said)
+    assert f"{ASG}: remove source cell grade_mlp_block" in said
+
+    assert [c.text() for c in sync(str(db), folder, write=True)] == said
+    assignments, grade_cells, solution_cells, source_cells, grades = _state(db)
+    assert assignments == {ASG}
+    assert grade_cells == {f"grade_{p.name}": float(p.points) for p in registry.problems(ASG)}
+    assert "solution_mlp_block" not in solution_cells and "grade_mlp_block" not in source_cells
+    assert source_cells >= set(grade_cells)  # recorded as generate_assignment records them
+    # ada's graded cell is kept, the removed one's grade is gone, the new ones wait for grading
+    assert grades == {("grade_shard_average_jit", 2.0, False),
+                      ("grade_shard_average_shard_map", None, True),
+                      ("grade_roll_diff", None, True)}
+    assert sync(str(db), folder) == []  # in line now
+
+
+def test_gradebook_sync_command_dry_run_exits_1(course, capsys):
+    from autograder.cli.main import main
+
+    folder, db = course
+    assert main(["gradebook-sync", str(db), "--course", str(folder)]) == 1
+    out = capsys.readouterr().out
+    assert "would change" in out and "grade_mlp_block" in out and "--apply" in out
+
+
+def test_grade_all_refuses_an_out_of_line_gradebook_before_grading(course, capsys):
+    from autograder.cli.main import main
+
+    folder, db = course
+    assert main(["grade-all", str(folder), "--gradebook", str(db)]) == 2
+    err = capsys.readouterr().err
+    assert "out of line with the course" in err and "grade_mlp_block" in err
+    assert "gradebook-sync" in err and "nothing was graded" in err
+    assert not (folder / "class_grades.csv").exists()
