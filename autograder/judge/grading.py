@@ -534,17 +534,12 @@ class Programs:
         count fixed to what it runs on the speed case's own arrays (counted here, by running the
         instrumented artifact; see :mod:`autograder.tpumodel.loops`)."""
         def make():
-            import jax
-
-            from ..tpumodel.api import compile_partitioned
-            from ..tpumodel.loops import pinned
+            from ..tpumodel.api import pinned_partitioned
 
             art = self.artifact(layout, case)
             dynamic = _dynamic(self.plan.problem, args)
             trips = self.counted_run(layout, case, args).trips()
-            lowered = jax.jit(pinned(art.exported, trips).call).lower(*dynamic)
-            # only its partitioned module is read (never run): the quickest compile
-            return compile_partitioned(lowered, on_cpu(FAST_CPU_COMPILE))[1], trips
+            return pinned_partitioned(art.exported, dynamic, trips), trips
 
         return self._once((self.plan.request(layout, case).id, "pinned"), make)
 
