@@ -282,7 +282,8 @@ def test_the_self_check_says_the_same_refusal():
 
     fn = load_fixture("attacks", "bf16_split_matmul").function("matmul_allgather")
     with pytest.raises(AssertionError) as e:
-        public.check("matmul_allgather", fn, layouts=((2, 4),), cases=1, verbose=False)
+        public.check("matmul_allgather", fn, layouts=((2, 4),), cases=1, verbose=False,
+                     big=False)
     assert ": structure: stablehlo.dot_general on bf16, bf16 -> f32" in str(e.value), e.value
 
 

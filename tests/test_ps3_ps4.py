@@ -145,7 +145,8 @@ def test_the_self_check_reads_every_copy_of_a_replicated_output():
 
     fn = _ns(FIX / "ps4/device0_placement.py")["matmul_allreduce_bidirectional"]
     with pytest.raises(AssertionError, match="disagree: the one at X=0, Y=1"):
-        public.check("matmul_allreduce_bidirectional", fn, layouts=((2, 4),), verbose=False)
+        public.check("matmul_allreduce_bidirectional", fn, layouts=((2, 4),), verbose=False,
+                     big=False)
 
 
 def test_big_inputs_get_the_same_work():
@@ -298,7 +299,8 @@ def test_an_extra_send_fails_on_every_draw_and_at_home():
     fn = load_fixture("ps3", "send_every_step").function("matmul_reducescatter")
     for seed in range(3):
         with pytest.raises(AssertionError, match="structure: send only output-block"):
-            public.check("matmul_reducescatter", fn, cases=1, verbose=False, seed=seed)
+            public.check("matmul_reducescatter", fn, cases=1, verbose=False, seed=seed,
+                         big=False)
 
 
 def test_a_two_way_ring_with_an_extra_hop_fails_on_every_draw_and_at_home():
@@ -318,7 +320,7 @@ def test_a_two_way_ring_with_an_extra_hop_fails_on_every_draw_and_at_home():
     fn = load_fixture("ps4", "send_every_step").function(name)
     for seed in range(2):
         with pytest.raises(AssertionError, match="structure: send only output-block"):
-            public.check(name, fn, cases=1, verbose=False, seed=seed)
+            public.check(name, fn, cases=1, verbose=False, seed=seed, big=False)
 
 
 def test_shifts_are_printed_signed():

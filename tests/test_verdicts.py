@@ -13,6 +13,7 @@ the model cannot price, or wrong values on the speed case; never wall-clock off 
 """
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from pathlib import Path
@@ -136,7 +137,7 @@ def test_the_self_check_agrees_on_structure(path, function):
         pytest.skip("wrong values: the structure verdict is not the point")
     try:  # on the meshes the table's grading used (its quick plan): like against like
         public.check(function, loaded(path).function(function), cases=1, verbose=False,
-                     seed=SEED, layouts=_graded_layouts(function))
+                     seed=SEED, layouts=_graded_layouts(function), big=False)
         problem = None
     except AssertionError as e:
         problem = str(e)
@@ -144,6 +145,44 @@ def test_the_self_check_agrees_on_structure(path, function):
     assert on_structure == (not want["structure"]), problem
     if problem is not None and not on_structure:  # only wrong values, which the grader missed
         assert "values differ" in problem, problem
+
+
+#: entries whose every check the self-check runs at home, against the table: right answers, one
+#: the grader fails on speed alone (ps2's worst-case exchange rounds, ps1's roll by lookup), and
+#: one that fails structure but earns speed
+AT_HOME = ("solutions/ps1_sharding.py::roll_diff",
+           "tests/fixtures/ps1/alt_correct_gather.py::roll_diff",
+           "tests/fixtures/ps1/wrong_no_shard_map.py::roll_diff",
+           "tests/fixtures/ps2_moe/alt_loops.py::moe_all_to_all")
+
+
+@functools.lru_cache(maxsize=None)
+def _release_entry(function: str) -> dict:
+    """The release folder's public table entry of ``function``: a baseline kept with the grader
+    travels as its modeled figures, as tools/build_notebooks.py ships it."""
+    from autograder.course import registry
+    from autograder.public import check as public
+
+    return public.public_entry(registry.get(function), figures=True)
+
+
+@pytest.mark.parametrize("entry", AT_HOME)
+def test_the_self_check_gives_the_graders_verdicts(entry, monkeypatch):
+    """pytest in a release folder is the grader at home: every check the grader runs passes
+    or fails there as the table records it, speed and memory included (the figures at the
+    grader's shapes, against a kept baseline's shipped figures), on the table's meshes and
+    seed. A slow answer that is right fails speed at home, never only in the grader."""
+    from autograder.public import check as public
+
+    path, function = entry.split("::")
+    want = recorded()[entry]["checks"]
+    monkeypatch.setattr(public, "PUBLIC", {function: _release_entry(function)})
+    got = public.run_checks(function, loaded(path).function(function), cases=1, seed=SEED,
+                            layouts=_graded_layouts(function))
+    assert {r.name: r.passed for r in got} == want, "\n".join(
+        f"{r.name}: {r.passed} {r.message}" for r in got)
+    if not want.get("speed", True):
+        assert "make it faster" in next(r for r in got if r.name == "speed").message
 
 
 #: the speed message's counts (autograder.tpumodel.work.Floor.clause): the model's, XLA's

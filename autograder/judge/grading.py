@@ -547,18 +547,13 @@ class Programs:
         each conditional that ran one branch per device fixed to it (counted here, by running
         the instrumented artifact; see :mod:`autograder.tpumodel.loops`)."""
         def make():
-            import jax
-
-            from ..tpumodel.api import compile_partitioned
-            from ..tpumodel.loops import pinned
+            from ..tpumodel.api import pinned_partitioned
 
             art = self.artifact(layout, case)
             dynamic = _dynamic(self.plan.problem, args)
             run = self.counted_run(layout, case, args)
             trips, taken = run.trips(), run.taken(*self._geometry(mesh))
-            lowered = jax.jit(pinned(art.exported, trips, taken).call).lower(*dynamic)
-            # only its partitioned module is read (never run): the quickest compile
-            return compile_partitioned(lowered, on_cpu(FAST_CPU_COMPILE))[1], trips, len(taken)
+            return pinned_partitioned(art.exported, dynamic, trips, taken), trips, len(taken)
 
         return self._once((self.plan.request(layout, case).id, "pinned"), make)
 

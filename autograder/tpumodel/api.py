@@ -241,20 +241,25 @@ def _problem(problem):
 
 
 def compare(problem, fn, mesh, args, *, chip=None, program=False,
-            texts: Optional[tuple[str, str]] = None) -> tuple[Modeled, Modeled]:
+            texts: Optional[tuple[str, Optional[str]]] = None,
+            baseline: Optional[Modeled] = None) -> tuple[Modeled, Modeled]:
     """(student, baseline) models for a registry problem on placed ``args``.
 
     ``fn`` is the student's function (called with the mesh and the static values), or, with
     ``program=True``, an already bound program of the array arguments alone (the grader passes
     a deserialized ``jax.export`` artifact's ``call``). ``texts``: the two partitioned modules,
-    already dumped (see :func:`compile_partitioned`); ``fn`` and ``args`` are then unused."""
+    already dumped (see :func:`compile_partitioned`); ``fn`` and ``args`` are then unused.
+    ``baseline``: the jit baseline already modeled (a release folder's :func:`recorded`
+    figures, where the baseline's code stays with the grader), in place of ``texts[1]``."""
     problem = _problem(problem)
-    if problem.baseline is None:
+    if problem.baseline is None and baseline is None:
         raise ModelError(f"{problem.name} has no jit baseline to compare with")
     shape, names = _mesh_geometry(mesh if problem.uses_mesh else None)
     if texts is not None:
-        return (model_hlo(texts[0], shape, names, chip=chip, name="student"),
-                model_hlo(texts[1], shape, names, chip=chip, name="jit baseline"))
+        st = model_hlo(texts[0], shape, names, chip=chip, name="student")
+        if baseline is None:
+            baseline = model_hlo(texts[1], shape, names, chip=chip, name="jit baseline")
+        return st, baseline
     st = model_student(problem, fn, mesh, args, chip=chip, program=program)
     base = model_hlo(baseline_hlo(problem, mesh, args), shape, names, chip=chip,
                      name="jit baseline")
@@ -303,15 +308,30 @@ def model_student(problem, fn, mesh, args, *, chip=None, program=False) -> Model
     return st
 
 
+def pinned_partitioned(exported, dynamic, trips, branches=None) -> str:
+    """The partitioned module of ``exported`` with each loop stopping after its count in
+    ``trips`` (counted on ``dynamic``, :mod:`.loops`) and the conditionals of ``branches``
+    running the branch each device ran (:meth:`.loops.CountedRun.taken`): what the model reads
+    of a program whose loops run as often as its data says. Only read, never run: the
+    quickest compile."""
+    import jax
+
+    from ..core.compiling import FAST_CPU_COMPILE, on_cpu
+    from .loops import pinned
+
+    lowered = jax.jit(pinned(exported, trips, branches or {}).call).lower(*dynamic)
+    return compile_partitioned(lowered, on_cpu(FAST_CPU_COMPILE))[1]
+
+
 def modeled_threshold(problem) -> float:
     return problem.threshold("tpu_model")
 
 
 def grading_modeler(problem, fn, mesh, args, *, chip=None, program=False,
-                    texts: Optional[tuple[str, str]] = None,
+                    texts: Optional[tuple[str, Optional[str]]] = None,
                     pinned: Optional[Callable[[], tuple]] = None,
                     measured: Optional[Callable[[], list]] = None,
-                    compiled=None) -> dict:
+                    compiled=None, baseline: Optional[Modeled] = None) -> dict:
     """The ``modeler`` hook of :func:`autograder.judge.grading.grade_function`.
 
     Returns ``{'chip', 'student_us', 'baseline_us', 'ratio', 'threshold', ...}``, or
@@ -323,15 +343,19 @@ def grading_modeler(problem, fn, mesh, args, *, chip=None, program=False,
     model uses wherever its own walk differs (:func:`model_measured`).
     ``compiled``: the executable XLA compiled from the student's module ``texts[0]``: its own
     FLOP count is the floor under the model's (:mod:`.work`), and ``'flops'`` holds both
-    counts (:meth:`.work.Floor.to_dict`)."""
+    counts (:meth:`.work.Floor.to_dict`). ``baseline``: the jit baseline's recorded figures
+    (:func:`recorded`) in place of ``texts[1]``: how a release folder's self-check runs this
+    same verdict where the baseline's code stays with the grader."""
     try:
         if texts is not None:
             shape, names = _mesh_geometry(mesh if _problem(problem).uses_mesh else None)
             st = model_measured(texts[0], shape, names, chip=chip, name="student",
                                 measured=measured, pinned=pinned)
-            base = model_hlo(texts[1], shape, names, chip=chip, name="jit baseline")
+            base = baseline if baseline is not None else model_hlo(
+                texts[1], shape, names, chip=chip, name="jit baseline")
         else:
-            st, base = compare(problem, fn, mesh, args, chip=chip, program=program)
+            st, base = compare(problem, fn, mesh, args, chip=chip, program=program,
+                               baseline=baseline)
     except ModelError as e:
         return {"unreadable": str(e)[:300]}
     floor = None
