@@ -137,7 +137,8 @@ def _graded(path: str, function: str, quick: bool, speed: bool):
     problem = registry.get(function)
     plan = grading.plan_for(problem, seed=SEED, quick=quick, with_speed=speed,
                             big_cases=big_cases())
-    return local.grade_function(problem, _loaded(path).function(function), plan=plan)
+    return local.grade_function(problem, _loaded(path).function(function), plan=plan,
+                                with_speed=speed)
 
 
 @functools.lru_cache(maxsize=None)

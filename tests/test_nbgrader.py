@@ -475,6 +475,7 @@ def test_the_run_for_the_feedback_stops_at_a_cell_past_its_limit(tmp_path, monke
     from autograder.worker.process import execute_notebook
 
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(s) for s in (
         "print('first')", "import time\nwhile True:\n    time.sleep(0.1)", "print('below')")]
@@ -489,6 +490,9 @@ def test_the_run_for_the_feedback_stops_at_a_cell_past_its_limit(tmp_path, monke
     out = nbformat.reads(rec.text, as_version=4)
     assert rec.stopped_cell is None and len(out.cells) == 3
     assert "first" in _cell_texts(out.cells[0]) and out.cells[1].execution_count is None
+    # the kernel was told it runs under nbgrader; this process was not (the checks of the
+    # next test on this worker must not step aside)
+    assert "NBGRADER_EXECUTION" not in os.environ
 
 
 def test_the_summary_says_what_happened_in_one_block():

@@ -115,6 +115,9 @@ def execute_notebook(path: Path, cell_timeout: float, until: int | None = None):
     # what nbgrader's own Execute step tells a kernel: the notebook's check, tpu_profile and
     # memory_profile cells then step aside (the grader's report holds their verdicts), so the
     # run for the feedback costs the student's own cells only
+    # (set for the kernel this run starts, and put back after it: a caller's own process, a
+    # test's, keeps its environment)
+    before = os.environ.get("NBGRADER_EXECUTION")
     os.environ["NBGRADER_EXECUTION"] = "autograde"
     nb = nbformat.read(work / path.name, as_version=4)
     rest = nb.cells[until:] if until is not None else []
@@ -134,6 +137,11 @@ def execute_notebook(path: Path, cell_timeout: float, until: int | None = None):
         stopped = running[0]
     except Exception as e:  # noqa: BLE001 - a dead kernel: send what ran
         print(f"notebook execution stopped: {type(e).__name__}: {e}", file=sys.stderr)
+    finally:
+        if before is None:
+            os.environ.pop("NBGRADER_EXECUTION", None)
+        else:
+            os.environ["NBGRADER_EXECUTION"] = before
     nb.cells.extend(rest)
     return ExecutedNotebook(nbformat.writes(nb), stopped_cell=stopped)
 
