@@ -5,6 +5,15 @@ from dataclasses import asdict, dataclass, field
 
 CHECK_NAMES = ("numerics", "sharding", "structure", "memory", "speed")
 
+#: the one rule on the measured checks, in the words the grader's message, the self-check,
+#: CONTRACT.md and every notebook's "What the grader checks" block all use
+#: (:func:`autograder.course.checks.credited` applies it)
+MEASURED_NEED_STRUCTURE = ("speed and memory count only for a program that keeps the structure "
+                           "rules")
+
+#: the checks :data:`MEASURED_NEED_STRUCTURE` is about
+MEASURED = ("memory", "speed")
+
 #: the longest message a check result keeps when it is read back (longer ones are cut, marked)
 MAX_MESSAGE = 8000
 
@@ -177,5 +186,5 @@ class SubmissionResult:
         return "\n".join(parts)
 
 
-__all__ = ["CheckResult", "FunctionResult", "SubmissionResult", "passed", "failed", "skipped",
+__all__ = ["MEASURED", "MEASURED_NEED_STRUCTURE", "CheckResult", "FunctionResult", "SubmissionResult", "passed", "failed", "skipped",
            "asdict", "shown"]

@@ -11,7 +11,7 @@ import numpy as np
 from ..core.compare import compare_values, secret_difference, values_message
 from ..core.problem import Case, Problem
 from .reading import Paths
-from ..core.results import CheckResult, failed, passed
+from ..core.results import MEASURED, MEASURED_NEED_STRUCTURE, CheckResult, failed, passed
 from .rules.base import CLAUSES
 
 
@@ -222,6 +222,19 @@ def memory(problem: Problem, temp_bytes: Optional[int], bound: int, what: str,
                   f"({what}); {where}, the compiled program needs {temp_bytes / mib:.2f} MiB. "
                   "Look for an intermediate larger than that bound, with "
                   "jax.jit(f).lower(*args).compile().memory_analysis()")
+
+
+def credited(check: CheckResult, structure: CheckResult) -> CheckResult:
+    """``check`` as it counts: a memory or speed check of a program that fails the structure
+    rules is failed, whatever it measured (:data:`MEASURED_NEED_STRUCTURE`), with what it
+    measured kept in the message for information; any other check, or one of a program that
+    keeps the rules, as it is. A skipped check stays skipped."""
+    if check.name not in MEASURED or structure.passed or check.skipped:
+        return check
+    alone = "would pass" if check.passed else "fails too"
+    return failed(check.name, f"not credited: the program fails the structure rules (see "
+                  f"structure); {MEASURED_NEED_STRUCTURE}. For information, the {check.name} "
+                  f"check alone {alone}: {check.message}")
 
 
 def refused_speed(refusal: str, *, modeled: bool) -> CheckResult:

@@ -30,6 +30,7 @@ from ..core.compare import (
 from ..core.compiling import FAST_CPU_COMPILE, on_cpu, runner
 from ..core.loader import load, skipped_notes, written_names
 from ..core.meshes import make_mesh
+from ..core.results import MEASURED_NEED_STRUCTURE
 from ..course.reading import export_for_reading, read_paths
 
 #: name -> {'args', 'in_specs', 'out_spec', 'uses_mesh', 'case', 'edges', 'reference', 'rtol',
@@ -374,8 +375,8 @@ def check(name: str, fn, *, layouts=((2, 4), (4, 2), (1, 8), (8, 1)), cases: int
         also = (f" The grader also checks {', '.join(hidden[:-1])}"
                 f"{' and ' if len(hidden) > 1 else ''}{hidden[-1]} at bigger shapes"
                 + (f" ({' and '.join(tools)} show{'s' if len(tools) == 1 else ''} "
-                   f"{'it' if len(tools) == 1 else 'them'})" if tools else "") + "."
-                if hidden else "")
+                   f"{'it' if len(tools) == 1 else 'them'})" if tools else "")
+                + f"; {MEASURED_NEED_STRUCTURE}." if hidden else "")
         what = ["values"] + ["output sharding"] * spec["uses_mesh"] + ["structure"] * bool(rules)
         what = ", ".join(what[:-1]) + " and " + what[-1] if len(what) > 1 else what[0]
         if spec["uses_mesh"]:

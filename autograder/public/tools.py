@@ -12,6 +12,9 @@ import re
 import time
 from dataclasses import dataclass
 
+from ..core.results import MEASURED_NEED_STRUCTURE
+
+
 def compiled_collectives(f, *args, width: int = 140) -> list[str]:
     """The lines of f's compiled program that move data between devices (shortened): what the
     grader's "no communication added by the compiler" reads."""
@@ -124,7 +127,8 @@ class MemoryProfile:
         verdict = "within" if self.passes else "OVER"
         return (f"{self.name}{self.where}: temporary buffers {self.temp_bytes / mib:.2f} MiB, "
                 f"{verdict} the grader's bound of {self.bound / mib:.2f} MiB\n"
-                f"  ({self.what})")
+                f"  ({self.what})\n"
+                f"  {MEASURED_NEED_STRUCTURE} (check({self.name!r}, fn) runs them)")
 
     def __repr__(self) -> str:
         return self.text()
