@@ -186,5 +186,6 @@ class SubmissionResult:
         return "\n".join(parts)
 
 
-__all__ = ["MEASURED", "MEASURED_NEED_STRUCTURE", "CheckResult", "FunctionResult", "SubmissionResult", "passed", "failed", "skipped",
+__all__ = ["MEASURED", "MEASURED_NEED_STRUCTURE", "CheckResult", "FunctionResult",
+           "SubmissionResult", "passed", "failed", "skipped",
            "asdict", "shown"]
