@@ -73,6 +73,7 @@ def test_no_cell_shows_an_error(executed):
 
 
 def test_every_public_check_passes(executed):
+    from autograder.core.results import MEASURED_NEED_STRUCTURE
     from autograder.course import registry
 
     asg, nb, _ = executed
@@ -82,6 +83,9 @@ def test_every_public_check_passes(executed):
     assert sorted(printed) == sorted(f"check_{n}" for n in names)
     for n in names:
         assert f"OK {n}:" in printed[f"check_{n}"], printed[f"check_{n}"]
+        # the check's line on memory and speed states the rule the grader applies
+        measured = set(registry.get(n).check_names) & {"memory", "speed"}
+        assert (MEASURED_NEED_STRUCTURE in printed[f"check_{n}"]) == bool(measured), n
 
 
 def test_executed_notebook_stays_small(executed):

@@ -11,6 +11,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from autograder.core.meshes import make_mesh
+from autograder.core.results import MEASURED_NEED_STRUCTURE
 from autograder.course import registry
 from autograder.tpumodel import profile
 from autograder.tpumodel.cost import Task
@@ -71,6 +72,8 @@ def test_profile_shows_the_limit_and_what_waits(args, tmp_path):
     assert ("within the limit" in text) == (p.ratio <= p.limit) == p.passes
     assert "dot_general (compute" in text and "waits for the result of all_gather" in text
     assert len(text.splitlines()) <= 12
+    # the limit comes with the rule the grader applies to it
+    assert f"{MEASURED_NEED_STRUCTURE} (check('matmul_allgather', fn) runs them)" in text
     html = p._repr_html_()
     assert html.count("<img") == 1 and "waits for the result" in html
 

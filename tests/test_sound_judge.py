@@ -32,6 +32,9 @@ def test_crafted_program_fails_speed(fixture, function, says):
     assert not speed.passed, speed.message
     assert says in speed.message, speed.message
     assert "wall-clock ratio" not in speed.message, speed.message
+    # where the program fails structure too, speed is not credited; the speed check must
+    # still fail it on its own, or the trick would beat the model
+    assert "check alone would pass" not in speed.message, speed.message
 
 
 S32 = "s32"

@@ -149,7 +149,7 @@ def test_the_self_check_agrees_on_structure(path, function):
 
 #: entries whose every check the self-check runs at home, against the table: right answers, one
 #: the grader fails on speed alone (ps2's worst-case exchange rounds, ps1's roll by lookup), and
-#: one that fails structure but earns speed
+#: one that fails structure, whose fast program is then not credited for speed
 AT_HOME = ("solutions/ps1_sharding.py::roll_diff",
            "tests/fixtures/ps1/alt_correct_gather.py::roll_diff",
            "tests/fixtures/ps1/wrong_no_shard_map.py::roll_diff",
@@ -183,6 +183,52 @@ def test_the_self_check_gives_the_graders_verdicts(entry, monkeypatch):
         f"{r.name}: {r.passed} {r.message}" for r in got)
     if not want.get("speed", True):
         assert "make it faster" in next(r for r in got if r.name == "speed").message
+
+
+@pytest.mark.orchestration
+def test_speed_and_memory_count_only_with_structure():
+    """The rule over the whole table: no function that fails structure keeps a memory or speed
+    verdict (:func:`autograder.core.results.credited`)."""
+    broke = {k: v["checks"] for k, v in recorded().items() if v["checks"]["structure"] is False}
+    assert broke
+    for k, checks in broke.items():
+        assert not any(checks.get(n) for n in ("memory", "speed")), (k, checks)
+
+
+#: fixtures that fail structure, with a measured check's verdict on its own: a whole-output
+#: psum, a ring that sends one block too many and a roll without shard_map are fast enough, an
+#: exchange that all-gathers A is not; none is credited
+NOT_CREDITED = [
+    ("tests/fixtures/ps3/single_psum.py", "matmul_allreduce", "speed", "would pass"),
+    ("tests/fixtures/ps3/send_every_step.py", "matmul_reducescatter", "speed", "would pass"),
+    ("tests/fixtures/ps1/wrong_no_shard_map.py", "roll_diff", "speed", "would pass"),
+    ("tests/fixtures/ps2_moe/wrong_a2a_gathers.py", "moe_all_to_all", "memory", "fails too"),
+    ("tests/fixtures/ps2_moe/wrong_a2a_gathers.py", "moe_all_to_all", "speed", "fails too"),
+]
+
+
+@pytest.mark.parametrize("path,function,check,alone", NOT_CREDITED,
+                         ids=[f"{key(p, f)}:{c}" for p, f, c, _ in NOT_CREDITED])
+def test_a_program_that_fails_structure_earns_no_speed_nor_memory(path, function, check,
+                                                                  alone):
+    """The verdict table's grading read for its words: the measured check fails with the rule,
+    its own figures kept for information, and the function keeps only the numerics and
+    sharding shares."""
+    from autograder.core.results import MEASURED_NEED_STRUCTURE
+
+    res = graded(path, function)
+    by = {c.name: c for c in res.checks}
+    assert by["numerics"].passed and not by["structure"].passed, res.report()
+    got = by[check]
+    assert not got.passed and not got.skipped, got.message
+    assert got.message.startswith("not credited: the program fails the structure rules (see "
+                                  f"structure); {MEASURED_NEED_STRUCTURE}"), got.message
+    assert f"the {check} check alone {alone}: " in got.message, got.message
+    if check == "speed":
+        assert "modeled on TPU" in got.message, got.message  # the figures, for information
+    earned = sum(res.weights[n] for n in ("numerics", "sharding") if by[n].passed)
+    total = sum(res.weights[c.name] for c in res.checks)
+    assert res.score == pytest.approx(res.max_score * earned / total, abs=1e-4), res.report()
 
 
 #: the speed message's counts (autograder.tpumodel.work.Floor.clause): the model's, XLA's

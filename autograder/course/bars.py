@@ -15,6 +15,7 @@ import numpy as np
 
 from ..core.meshes import layouts as course_layouts
 from ..core.problem import Problem
+from ..core.results import MEASURED, MEASURED_NEED_STRUCTURE
 from .rules.ring import ring_budget
 
 #: a fixed generator for the bars' shapes: the grading shapes do not depend on the seed
@@ -38,13 +39,14 @@ class Bar:
 
     def big_cases(self) -> str:
         """The rule every measured check shares, said once: '' when there are none."""
-        big = [l.check for l in self.lines if l.check in ("memory", "speed")]
+        big = [l.check for l in self.lines if l.check in MEASURED]
         if not big:
             return ""
         one = len(big) == 1
         return (f"The {' and '.join(big)} check{'' if one else 's'} run{'s' if one else ''} "
                 f"your function at the shapes below and need{'s' if one else ''} the right "
-                "answer there too, from a program that keeps the structure rules.")
+                f"answer there too; {MEASURED_NEED_STRUCTURE} (a program that fails structure "
+                f"loses {'this share' if one else 'these shares'} too).")
 
     def markdown(self) -> str:
         head = (f"**What the grader checks for `{self.name}`**: {self.points:g} points; nothing "

@@ -4,9 +4,10 @@ and checks, written from the registry (``CONTRACT.md`` at the repository's root,
 from __future__ import annotations
 
 from ..core.compare import describe_spec
+from ..core.results import MEASURED_NEED_STRUCTURE
 from . import bars, registry
 
-HEAD = """# The contract: graded functions, shardings and checks
+HEAD = f"""# The contract: graded functions, shardings and checks
 
 Generated from the registry (`autograder/course/problems/`) by `make release`; do not edit.
 `python -m autograder list [FUNCTION ...]` prints the same from the installed grader.
@@ -15,7 +16,10 @@ Every function takes its arguments as global `jax.Array`s placed with the input 
 below (a `static` argument is a Python value) and, where it runs on a mesh, the mesh as its
 last argument `mesh` (axes `'X'` and `'Y'`; the grader uses the meshes 2x4, 4x2, 1x8 and 8x1).
 It must return one `jax.Array` with the output sharding. Nothing counts unless the numerics
-pass; the other checks share the rest of the points as listed.
+pass; the other checks share the rest of the points as listed, and
+{MEASURED_NEED_STRUCTURE}: a program that fails
+structure loses the memory and speed shares too, whatever they measure (its report shows the
+figures for information).
 """
 
 

@@ -912,18 +912,22 @@ def _grade(programs: Programs, res: FunctionResult, *, with_speed: bool, modeler
     res.checks.append(structure)
     # the memory and speed cases' programs are held to the rules the numerics programs kept
     # (a program that broke them there has lost the structure share already, and is measured
-    # as it is)
+    # as it is, for information)
     kept = structure.passed and bool(problem.rules)
+    # memory and speed count only where the structure check passed (checks.credited); a
+    # program that fails it is still measured, and its figures shown for information
     if problem.memory_bound is not None:
         with phase("memory"):
-            res.checks.append(_memory_check(programs, rules=kept))
+            memory = _memory_check(programs, rules=kept)
+        res.checks.append(checks.credited(memory, structure))
     if problem.baseline is not None and with_speed:
         if modeler is None:
             modeler = _default_modeler()
         # a program the op table refuses fails speed with structure (core/optable.py)
         refused = next((checks.at(problem, a.layout, None, a.paths.refused) for a in attempts
                         if a.paths is not None and a.paths.refused), None)
-        res.checks.append(_speed_check(programs, modeler, rules=kept, refused=refused))
+        speed = _speed_check(programs, modeler, rules=kept, refused=refused)
+        res.checks.append(checks.credited(speed, structure))
 
 
 def _memory_check(programs: Programs, *, rules: bool) -> CheckResult:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..core.errors import describe_error
-from ..core.results import CheckResult, failed, passed
+from ..core.results import MEASURED_NEED_STRUCTURE, CheckResult, failed, passed
 
 MIB = 1 << 20
 
@@ -45,7 +45,8 @@ class MemoryProfile:
         verdict = "within" if self.passes else "OVER"
         return (f"{self.name}{self.where}: temporary buffers {self.temp_bytes / MIB:.2f} MiB, "
                 f"{verdict} the grader's bound of {self.bound / MIB:.2f} MiB\n"
-                f"  ({self.what})")
+                f"  ({self.what})\n"
+                f"  {MEASURED_NEED_STRUCTURE} (check({self.name!r}, fn) runs them)")
 
     def __repr__(self) -> str:
         return self.text()
