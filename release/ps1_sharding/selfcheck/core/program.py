@@ -71,6 +71,15 @@ class Op:
     #: case such a count is secret (a program can encode an input value in a trip count), so
     #: feedback names it qualitatively (:meth:`times`), never as a number
     data_counted: bool = False
+    #: FLOPs of one run of a ``dot_general`` (2 x output elements x contracted size), 0 for
+    #: any other op (and where the reader did not compute them)
+    flops: int = 0
+    #: where the op's operands come from, where the reader traced the data flow (None: not
+    #: traced; :mod:`autograder.core.stablehlo` traces it): the indices of the dots and
+    #: collectives whose results reach an operand, through any computation, loop carry,
+    #: branch or call, and the positions of the traced function's arguments that do
+    from_ops: frozenset | None = None
+    from_args: frozenset | None = None
 
     @property
     def perm(self) -> tuple[tuple[int, int], ...] | None:
@@ -301,6 +310,9 @@ class Program:
     #: Program (the devices ran different loop counts or branches): the compiled module, one
     #: for all devices, holds them whichever path this is
     ran_elsewhere: frozenset = frozenset()
+    #: the indices of the dots and collectives whose results reach the function's outputs
+    #: (None where the data flow was not traced, see :attr:`Op.from_ops`)
+    out_from_ops: frozenset | None = None
 
     # -- queries used by the structure rules -------------------------------------------------
     def collectives(self, kind: str | None = None, axis: str | None = None) -> list[Op]:
@@ -362,6 +374,17 @@ def compiled_collective_lines(text: str) -> list[str]:
     return [l.strip() for l in text.splitlines() if _COLLECTIVE_LINE.search(l)]
 
 
+def _dot_flops(params: dict, in_avals: list, out_avals: list) -> int:
+    """FLOPs of one ``dot_general``: 2 x the output's elements x the contracted size."""
+    try:
+        (lhs_contract, _), _ = params["dimension_numbers"]
+        lhs = _shape(in_avals[0])
+        return int(2 * np.prod(_shape(out_avals[0]), dtype=np.int64)
+                   * np.prod([lhs[d] for d in lhs_contract], dtype=np.int64))
+    except Exception:  # noqa: BLE001  # not a dot_general's parameters: nothing weighed
+        return 0
+
+
 def flatten(jaxpr, *, count: int | None = 1, depth: int = 0, in_shard_map: bool = False,
             ops: list[Op] | None = None, meta: dict | None = None) -> list[Op]:
     """Walk a jaxpr and everything nested in it, multiplying loop bodies by their trip count."""
@@ -387,6 +410,7 @@ def flatten(jaxpr, *, count: int | None = 1, depth: int = 0, in_shard_map: bool 
                         "all_gather_dimension", "scatter_dimension", "split_axis", "concat_axis",
                         "dimension_numbers")},
                 index=len(ops),
+                flops=_dot_flops(params, in_avals, out_avals) if name == "dot_general" else 0,
             ))
             continue
         sub_count, sub_depth, sub_sm = count, depth, in_shard_map

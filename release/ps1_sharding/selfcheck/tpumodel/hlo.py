@@ -307,6 +307,12 @@ MAX_EVALUATED = 250_000
 MAX_NODES = 60_000
 
 
+class RunDisagrees(ModelError):
+    """The model's walk of a program (its loops' trip counts, its branches) is not what the
+    instrumented run of the same program measured: the measured counts are to be used
+    (:func:`autograder.tpumodel.api.model_measured`)."""
+
+
 class Unpriceable(ModelError):
     """The program needs more of the model's work than its budget (:data:`MAX_EVALUATED`,
     :data:`MAX_NODES`) allows: the speed check fails it as the student's, in seconds."""
@@ -384,6 +390,10 @@ class Flattener:
         self.device_dependent = False
         #: why the cost is an upper bound (branches chosen by data, all costed)
         self.bounds: list[str] = []
+        #: (number of branches, branch) -> how many times the walk ran it, for conditionals
+        #: whose index the walk evaluated (those chosen by data are counted in ``unknown``)
+        self.branches: dict[tuple[int, int], int] = {}
+        self.unknown_branches = 0
         self.out: Any = None
 
     def new_vid(self) -> int:
@@ -549,6 +559,7 @@ class Flattener:
             # chosen by array data: cost every branch, one after another (an upper bound)
             self.bounds.append(f"a branch chosen by array data ({len(branches)} branches, "
                                "all costed)")
+            self.unknown_branches += 1
             return _merge([self.run(b, [ops[1 + i]]) for i, b in enumerate(branches)], self)
         self.device_dependent |= pred.dev
         if "branch_computations" in ins.attrs:
@@ -556,7 +567,25 @@ class Flattener:
             k = k if 0 <= k < len(branches) else len(branches) - 1
         else:
             k = 0 if bool(pred.const) else 1
+        self.branches[(len(branches), k)] = self.branches.get((len(branches), k), 0) + 1
         return self.run(branches[k], [ops[1 + k]])
+
+    def disagrees(self, counts) -> Optional[str]:
+        """Why this walk is not what a run measured on this device (``counts``, a
+        :class:`~autograder.core.stablehlo.RunCounts`), or None: the loops ran as many
+        iterations in all, and the conditionals as many times each branch (by the number of
+        branches and the branch), with no branch left to the data."""
+        iterations = sum(counts.trips.values())
+        if self.steps != iterations:
+            return f"its loops ran {iterations:,} iterations, the model walked {self.steps:,}"
+        ran: dict[tuple[int, int], int] = {}
+        for per in counts.branches.values():
+            for k, n in enumerate(per):
+                if n:
+                    ran[(len(per), k)] = ran.get((len(per), k), 0) + n
+        if self.unknown_branches or ran != self.branches:
+            return "its branches ran otherwise than the model's reading of their indices"
+        return None
 
 
 def _where(comp: Computation, ins: Optional[Instr] = None) -> str:

@@ -21,6 +21,7 @@ from typing import Optional
 
 import numpy as np
 
+from ..core.results import MEASURED_NEED_STRUCTURE
 from .api import Modeled, compare
 from .plot import plot_timelines
 from .schedule import Timeline
@@ -161,6 +162,9 @@ class Profile:
             lines.append(f"  {label:14s}{s['time_us']:10.1f}{s['compute_us']:10.1f}"
                          f"{s['comm_us']:10.1f}{s['exposed_comm_us']:10.1f}")
         lines.append("  " + self.verdict())
+        if self.limit is not None:  # a graded function: the rule the limit comes with
+            lines.append(f"  {MEASURED_NEED_STRUCTURE} (check({self.problem!r}, fn) runs "
+                         "them)")
         waits = self.waits()
         exposed = [w for w in waits if w.exposed]
         # an unrolled loop's tasks carry their iteration ("dot_general [3]"): count them as one kind

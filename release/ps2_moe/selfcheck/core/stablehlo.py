@@ -16,6 +16,11 @@ they are turned into device groups and mapped back to mesh axes the same way. Un
 an unrolled scan is straight-line code; a collective over size-1 axes may vanish, as does a
 zero-trip loop; ``ragged_dot`` becomes ``dot_general``; and ``shard_map_check_vma`` is unknown.
 
+The walk also follows the data (:func:`trace_flow`): for each op, which dots' and collectives'
+results and which of ``@main``'s arguments reach its operands, and which results reach the
+outputs (:attr:`~autograder.core.program.Op.from_ops`), so that a rule can weigh what an op
+contributes, not only that it ran.
+
 How often each op runs is *measured* where the grader can: given the :class:`RunCounts` of one
 device (what a run of the same program on the grading input counted, see
 :func:`autograder.tpumodel.loops.device_counts`), a loop's body runs as often as it did, and each
@@ -274,8 +279,14 @@ def program_from_mlir(text: str, mesh_shape: tuple[int, ...] | None,
                 if attrs is None or "jax.global_constant" not in attrs[i]]  # platform index
         outs = [walker.tensor(t) for t in
                 ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value).results]
+        # the arguments as the Program lists them (no platform index, no tokens)
+        listed = [a for i, a in enumerate(block.arguments)
+                  if (attrs is None or "jax.global_constant" not in attrs[i])
+                  and walker.tensor(a.type)]
+        out_from = trace_flow(walker, block, listed)
     args, outs = [a for a in args if a], [o for o in outs if o]  # no tokens
     return Program(ops=walker.ops, jaxpr_text=text, compiled_text=compiled_text,
+                   out_from_ops=out_from,
                    uses_shard_map=walker.uses_shard_map,
                    auto_axes=tuple(a for a in axis_names if a in walker.auto_axes),
                    arg_info=tuple((s, dt.itemsize) for s, _, dt in args),
@@ -386,6 +397,119 @@ def _string(op, name: str) -> str:
     return ir.StringAttr(op.attributes[name]).value if name in op.attributes else ""
 
 
+def _dot_flops(op, ins: list, outs: list) -> int:
+    """FLOPs of one run of a ``dot_general`` (or legacy ``dot``): 2 x the output's elements x
+    the size of the contracted dimensions."""
+    if not ins or not outs:
+        return 0
+    lhs = ins[0][0]
+    if op.name == "stablehlo.dot_general":
+        dims = hlo.DotDimensionNumbers(op.attributes["dot_dimension_numbers"])
+        contracted = [lhs[d] for d in dims.lhs_contracting_dimensions]
+    else:  # stablehlo.dot: the last dimension of the left operand
+        contracted = list(lhs[-1:])
+    return int(2 * np.prod(outs[0][0], dtype=np.int64) * np.prod(contracted, dtype=np.int64))
+
+
+_NONE: frozenset = frozenset()
+
+
+class FlowTooLarge(Exception):
+    """The data flow took more steps than :data:`_Flow.MAX_STEPS`."""
+
+
+class _Flow:
+    """Forward data flow over a module, walked as :class:`_Walker` walks it (into calls,
+    composites, loop bodies, branches and shard_map bodies): which recorded dots' and
+    collectives' results (labelled by their index) and which of ``@main``'s arguments
+    (labelled ``-1 - position``) reach each value. A loop's carry takes the union of what
+    enters it and what its body returns, until nothing changes; a conditional's results, the
+    union of its branches'. Which branch or how many iterations ran does not matter: this is
+    what *can* reach an op, the program as written."""
+
+    #: ops visited in all (loops visit their bodies until the carry settles)
+    MAX_STEPS = 400_000
+
+    def __init__(self, funcs: dict, keys: dict, labelled: set):
+        #: keys: (call ops, op) -> the recorded op's index; labelled: the indices whose
+        #: results are followed (the dots and the collectives)
+        self.funcs, self.keys, self.labelled = funcs, keys, labelled
+        self.inputs: dict[int, frozenset] = {}  # op index -> labels reaching its operands
+        self.steps = 0
+
+    def run(self, block, env: dict, sites: tuple) -> list:
+        """Walk ``block`` (its arguments already in ``env``); the labels of what it returns."""
+        returned: list = []
+        for op in block.operations:
+            op = op.operation
+            self.steps += 1
+            if self.steps > self.MAX_STEPS:
+                raise FlowTooLarge()
+            name = op.name
+            ins = [env.get(v, _NONE) for v in op.operands]
+            if name in ("stablehlo.return", "func.return", "sdy.return"):
+                returned = ins
+                continue
+            if name in ("func.call", "stablehlo.composite"):
+                callee = (_callee(op) if name == "func.call" else
+                          ir.FlatSymbolRefAttr(op.attributes["decomposition"]).value)
+                body = self.funcs[callee].regions[0].blocks[0]
+                outs = self.run(body, dict(zip(body.arguments, ins)), sites + (op,))
+            elif name == "stablehlo.while":
+                cond, body = op.regions[0].blocks[0], op.regions[1].blocks[0]
+                carried = ins
+                while True:
+                    for blk in (cond, body):
+                        env.update(zip(blk.arguments, carried))
+                    self.run(cond, env, sites)
+                    back = self.run(body, env, sites)
+                    grown = [a | b for a, b in zip(carried, back)]
+                    if grown == carried:
+                        break
+                    carried = grown
+                outs = carried
+            elif name in ("stablehlo.case", "stablehlo.if"):
+                outs = [_NONE] * len(op.results)
+                for region in op.regions:
+                    back = self.run(region.blocks[0], env, sites)
+                    outs = [a | b for a, b in zip(outs, back)]
+            elif name == "sdy.manual_computation":
+                body = op.regions[0].blocks[0]
+                env.update(zip(body.arguments, ins))
+                outs = self.run(body, env, sites)
+            else:
+                labels = _NONE.union(*ins)
+                i = self.keys.get((sites, op))
+                if i is not None:
+                    self.inputs[i] = self.inputs.get(i, _NONE) | labels
+                    if i in self.labelled:
+                        labels = labels | {i}
+                outs = [labels] * len(op.results)
+            env.update(zip(op.results, outs))
+        return returned
+
+
+def trace_flow(walker: "_Walker", block, args: list) -> frozenset:
+    """Trace the data flow of ``@main`` (its ``block``; ``args``, its arguments as the
+    Program lists them) into the ops ``walker`` recorded (:attr:`Op.from_ops`,
+    :attr:`Op.from_args`); the labels of the ops whose results reach the outputs. Past
+    :data:`_Flow.MAX_STEPS` the program is :class:`ProgramUnreadable`."""
+    labelled = {o.index for o in walker.ops if o.kind is not None or o.prim == "dot_general"}
+    flow = _Flow(walker.funcs, walker.keys, labelled)
+    env = {a: frozenset({-1 - k}) for k, a in enumerate(args)}
+    try:
+        returned = flow.run(block, env, ())
+    except FlowTooLarge:
+        raise ProgramUnreadable(
+            f"the program is too large for the grader to follow its data from op to op (over "
+            f"{_Flow.MAX_STEPS} ops visited); write the computation with fewer ops") from None
+    for op in walker.ops:
+        labels = flow.inputs.get(op.index, _NONE)
+        op.from_ops = frozenset(i for i in labels if i >= 0)
+        op.from_args = frozenset(-1 - i for i in labels if i < 0)
+    return frozenset(i for t in returned for i in t if i >= 0)
+
+
 class _Walker:
     """Walks a module's functions into a flat list of :class:`Op` (program order)."""
 
@@ -415,6 +539,10 @@ class _Walker:
         self.ids = (None if mesh_shape is None else
                     np.arange(int(np.prod(mesh_shape))).reshape(tuple(mesh_shape)))
         self.calls: list[str] = []
+        #: the call ops the walk is inside, and each recorded op's place: (those call ops,
+        #: the op) -> its index in :attr:`ops` (what :class:`_Flow` labels values with)
+        self.sites: list = []
+        self.keys: dict = {}
 
     def tensor(self, t) -> Tensor | None:
         """(shape, bytes, dtype) of a ranked tensor type; None for tokens and tuples."""
@@ -443,7 +571,9 @@ class _Walker:
                 if callee in self.calls or callee not in self.funcs:
                     raise ProgramUnreadable(f"cannot follow the call to @{callee}")
                 self.calls.append(callee)
+                self.sites.append(op)
                 self.walk(self.funcs[callee].regions[0].blocks[0], count, depth, inside, data)
+                self.sites.pop()
                 self.calls.pop()
             elif name == "stablehlo.while":
                 # the condition runs once more per entry than the body
@@ -526,12 +656,14 @@ class _Walker:
             op.attributes[SEEN] = ir.UnitAttr.get()
         ins = [t for t in (self.tensor(v.type) for v in op.operands) if t]
         outs = [t for t in (self.tensor(r.type) for r in op.results) if t]
+        self.keys[(tuple(self.sites), op)] = len(self.ops)
         self.ops.append(Op(
             prim=prim, kind=kind, axes=axes,
             in_shapes=tuple(s for s, _, _ in ins), out_shapes=tuple(s for s, _, _ in outs),
             in_bytes=sum(b for _, b, _ in ins), out_bytes=sum(b for _, b, _ in outs),
             count=count, loop_depth=depth, in_shard_map=manual, params=params,
-            index=len(self.ops), data_counted=data))
+            index=len(self.ops), data_counted=data,
+            flops=_dot_flops(op, ins, outs) if prim == "dot_general" else 0))
 
     # -- device ids -> mesh axes ------------------------------------------------------------
     def group_axes(self, attr) -> tuple[str, ...]:

@@ -10,7 +10,9 @@ import collections
 import os
 import re
 import time
-from dataclasses import dataclass
+
+from .measure import MemoryProfile, trips_text  # noqa: F401 - MemoryProfile: memory_profile's result
+
 
 def compiled_collectives(f, *args, width: int = 140) -> list[str]:
     """The lines of f's compiled program that move data between devices (shortened): what the
@@ -98,38 +100,6 @@ def tpu_profile(name: str, fn, mesh=None, chip: str = "v5e"):
     return prof
 
 
-def trips_text(trips) -> str:
-    """How the model counted loops whose trip count the data decides (the grader's speed
-    message says the same)."""
-    return ("each loop whose length the data decides was modeled at the most iterations one "
-            f"entry of it ran on the speed case's input ({', '.join(str(t) for t in trips)})")
-
-
-@dataclass(frozen=True)
-class MemoryProfile:
-    """The compiled temporary memory of a graded function at the grader's memory case."""
-
-    name: str
-    where: str
-    temp_bytes: int
-    bound: int
-    what: str
-
-    @property
-    def passes(self) -> bool:
-        return self.temp_bytes <= self.bound
-
-    def text(self) -> str:
-        mib = 2 ** 20
-        verdict = "within" if self.passes else "OVER"
-        return (f"{self.name}{self.where}: temporary buffers {self.temp_bytes / mib:.2f} MiB, "
-                f"{verdict} the grader's bound of {self.bound / mib:.2f} MiB\n"
-                f"  ({self.what})")
-
-    def __repr__(self) -> str:
-        return self.text()
-
-
 def memory_profile(name: str, fn):
     """Compile ``fn`` (the graded function ``name``) at the shapes and mesh of the grader's
     memory check and set its temporary memory beside the grader's bound. Compile only: nothing
@@ -137,33 +107,14 @@ def memory_profile(name: str, fn):
     compiled while nbgrader grades the notebook."""
     if os.environ.get("NBGRADER_EXECUTION"):
         return None
-    import functools
-
-    import jax
-    import numpy as np
-
-    from ..core.compiling import MEMORY_CPU_COMPILE, on_cpu
-    from ..core.meshes import make_mesh
-    from ..tpumodel.profile import case_args
     from .check import _table, problem
+    from .measure import memory_profile as compiled_memory
 
     bar = _table()[name].get("memory")
     if bar is None:
         print(f"{name}: the grader does not check its memory")
         return None
-    entry = problem(name)
-    x, y = bar["layout"]
-    mesh = make_mesh(x, y)
-    args = case_args(entry, mesh, size="memory")
-    f = functools.partial(fn, mesh=mesh) if entry.uses_mesh else fn
-    # compiled as the grader compiles its memory program (XLA's own passes as always, so the
-    # same temp bytes; on CPU, LLVM's optimisation lowered: a quicker compile)
-    stats = jax.jit(f, static_argnums=entry.static_argnums).lower(*args).compile(
-        on_cpu(MEMORY_CPU_COMPILE)).memory_analysis()
-    if stats is None:
+    prof = compiled_memory(problem(name), bar, _table()[name]["args"], fn)
+    if prof is None:
         print(f"{name}: this JAX does not report compiled memory figures")
-        return None
-    shapes = ", ".join(f"{k}{list(np.shape(a))}" for k, a in zip(_table()[name]["args"], args))
-    where = f" on mesh {x}x{y}, per device," if entry.uses_mesh else ""
-    return MemoryProfile(name, f"{where} with {shapes}", int(stats.temp_size_in_bytes),
-                         bar["bound"], bar["what"])
+    return prof

@@ -19,7 +19,9 @@ input, and never from anything the submission says:
    and the model costs it like any other program.
 
 The counting program also hands out, for every conditional (``stablehlo.case``/``if``), how many
-times each branch ran. :func:`device_counts` reads all of it per device
+times each branch ran; :func:`pinned` can fix a conditional to the branch each device took
+(:meth:`CountedRun.taken`), so the model costs the branches the devices ran, never the ones its
+own evaluation of the index would pick. :func:`device_counts` reads all of it per device
 (:class:`~autograder.core.stablehlo.RunCounts`): what the structure rules are told about how
 often each collective and matmul ran, instead of a symbolic reading of the program. One run
 (:func:`count_run`) can serve both readings: the grader counts a memory or speed case's program
@@ -32,7 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -256,31 +258,36 @@ class _Escaper:
 
     def _out_of_shard_map(self, op, value, tag):
         """Inside, the count is this device's; outside, one entry per device along the manual
-        axes (the busiest device is read later)."""
+        axes (the busiest device is read later). A count already carried out of an inner
+        shard_map is a vector over the inner axes: outside this one it becomes one row per
+        position along this one's axes, flattened (outer axes major, as :class:`Tag` lists
+        them), so nested shard_maps are counted like any other region."""
         manual = re.findall(r'"([^"]+)"', str(op.attributes["manual_axes"]))
         shardings = str(op.attributes["out_shardings"])
         m = re.search(r"@([\w.$\-]+)", str(op.attributes["in_shardings"])) or \
             re.search(r"@([\w.$\-]+)", shardings)
         sizes = dict(self.meshes.get(m.group(1), [])) if m else {}
-        if any(a not in sizes for a in manual):
+        if any(a not in sizes for a in manual) or set(manual) & set(tag.manual):
             raise LoopCountError("the shard_map's mesh could not be read")
         n = int(np.prod([sizes[a] for a in manual], dtype=np.int64))
+        inner = [int(d) for d in ir.RankedTensorType(value.type).shape]  # [] or [m]
+        i32 = ir.IntegerType.get_signless(32)
         block = op.regions[0].blocks[0]
         ip = ir.InsertionPoint(_terminator(block))
-        local = ir.RankedTensorType.get([1], ir.IntegerType.get_signless(32))
-        one = hlo.ReshapeOp(local, value, ip=ip).result
+        one = hlo.ReshapeOp(ir.RankedTensorType.get([1] + inner, i32), value, ip=ip).result
         _set_terminator(block, list(_terminator(block).operands) + [one])
-        glob = ir.RankedTensorType.get([n], ir.IntegerType.get_signless(32))
-        new = _replace(op, [], [glob])
+        new = _replace(op, [], [ir.RankedTensorType.get([n] + inner, i32)])
         axes = ", ".join(f'"{a}"' for a in manual)
-        spec = f'<@{m.group(1)}, [{{{axes}}}]>'
+        dims = ", ".join([f"{{{axes}}}"] + ["{}"] * len(inner))
+        spec = f'<@{m.group(1)}, [{dims}]>'
         text = re.sub(r"\]>\s*$", f", {spec}]>", shardings) if "<@" in shardings else \
             f"#sdy.sharding_per_value<[{spec}]>"
         new.attributes["out_shardings"] = ir.Attribute.parse(text)
-        if tag.manual:
-            raise LoopCountError("a loop or branch inside nested shard_maps cannot be counted")
-        self.escape(new.results[len(new.results) - 1],
-                    dataclasses.replace(tag, manual=tuple(manual)))
+        out = new.results[len(new.results) - 1]
+        if inner:  # [n, m] -> [n * m]
+            flat = ir.RankedTensorType.get([n * int(np.prod(inner, dtype=np.int64))], i32)
+            out = hlo.ReshapeOp(flat, out, ip=ir.InsertionPoint.after(new)).result
+        self.escape(out, dataclasses.replace(tag, manual=tuple(manual) + tuple(tag.manual)))
 
 
 # -- the two rewrites --------------------------------------------------------------------------
@@ -328,14 +335,41 @@ def counting_module(text: str, branches: bool = False):
     return module, esc.tags
 
 
-def pinned_module(text: str, trips: Sequence[int]):
+def _pin_branch(op, taken: Sequence[int]) -> None:
+    """Conditional ``op`` running branch ``taken[d]`` on device (partition) ``d``, whatever its
+    own index or predicate computes: a constant where every device takes the same branch,
+    else a choice by ``partition_id`` (the device's id, as the per-device model reads it)."""
+    i32 = _i32()
+    ip = ir.InsertionPoint(op)
+    index = _const(int(taken[-1]), i32, ip)
+    if len(set(taken)) > 1:
+        me = hlo.ConvertOp(i32, hlo.PartitionIdOp(
+            results=[ir.RankedTensorType.get([], ir.IntegerType.get_unsigned(32))],
+            ip=ip).result, ip=ip).result
+        for d in reversed(range(len(taken) - 1)):
+            here = hlo.CompareOp(me, _const(d, i32, ip),
+                                 hlo.ComparisonDirectionAttr.get("EQ"), ip=ip).result
+            index = hlo.SelectOp(here, _const(int(taken[d]), i32, ip), index, ip=ip).result
+    if op.name == "stablehlo.if":  # region 0 is the true branch
+        index = hlo.CompareOp(index, _const(0, i32, ip),
+                              hlo.ComparisonDirectionAttr.get("EQ"), ip=ip).result
+    op.operands[0] = index
+
+
+def pinned_module(text: str, trips: Sequence[int], branches: Mapping[int, Sequence[int]] = {}):
     """``text`` with loop ``i`` (in the order :func:`counting_module` numbers them) stopping
-    after exactly ``trips[i]`` iterations."""
+    after exactly ``trips[i]`` iterations, and conditional ``j`` of ``branches`` running
+    branch ``branches[j][d]`` on device ``d`` (:meth:`CountedRun.taken`)."""
     ctx, module = _parse(text)
     with ctx, ir.Location.unknown():
         n = _mark_loops(module)
         if n != len(trips):
             raise LoopCountError(f"{len(trips)} trip counts for {n} loops")
+        n_cond = _mark_conditionals(module) if branches else 0
+        for j, taken in branches.items():
+            if not 0 <= j < n_cond:
+                raise LoopCountError(f"no conditional {j} among {n_cond}")
+            _pin_branch(_marked(module, j, CASE_MARK), taken)
         for i in range(n):
             new, counter = _add_counter(_marked(module, i))
             cond = new.regions[0].blocks[0]
@@ -411,6 +445,22 @@ class CountedRun:
                 most[tag.loop] = max(most[tag.loop], int(v.max()))
         return tuple(int(m) for m in most)
 
+    def taken(self, mesh_shape: Sequence[int], axis_names: Sequence[str]) -> dict:
+        """Conditional j -> the branch each device (row-major ids) ran, for every conditional
+        that ran one branch only on each device that ran it (a device that never ran it is
+        given another device's branch): what :func:`pinned` fixes, so the model costs the
+        branches the device took. A conditional that took two branches on one device is left
+        out (the model reads its index where it can, and else costs every branch)."""
+        out = {}
+        per = self.per_device(mesh_shape, axis_names)
+        for j in sorted({j for c in per for j in c.branches}):
+            ran = [[k for k, n in enumerate(c.branches.get(j, ())) if n] for c in per]
+            if any(len(r) > 1 for r in ran) or not any(ran):
+                continue
+            first = next(r[0] for r in ran if r)
+            out[j] = tuple(r[0] if r else first for r in ran)
+        return out
+
     def per_device(self, mesh_shape: Sequence[int], axis_names: Sequence[str]) -> list[RunCounts]:
         """Per device of the mesh (row-major ids): each loop's iterations and entries, each
         conditional's branches (see :class:`~autograder.core.stablehlo.RunCounts`)."""
@@ -475,6 +525,7 @@ def device_counts(exported, args: Sequence, mesh_shape: Sequence[int],
     return count_run(exported, args, run).per_device(mesh_shape, axis_names)
 
 
-def pinned(exported, trips: Sequence[int]):
-    """``exported`` with every loop stopping after its count in ``trips``."""
-    return _with_module(exported, pinned_module(exported.mlir_module(), trips))
+def pinned(exported, trips: Sequence[int], branches: Mapping[int, Sequence[int]] = {}):
+    """``exported`` with every loop stopping after its count in ``trips`` and the conditionals
+    of ``branches`` running the branches a run took (:meth:`CountedRun.taken`)."""
+    return _with_module(exported, pinned_module(exported.mlir_module(), trips, branches))

@@ -1,12 +1,15 @@
-"""The public self-check students run from their notebooks and with pytest.
+"""The public self-check students run from their notebooks and with pytest: the grader's checks
+at home.
 
-``check(name, fn)`` runs ``fn`` on small random inputs on every course mesh and compares the
-result (values and output sharding) with the NumPy reference, then runs the grader's structure
-rules on the program as the grader reads it (:mod:`autograder.course.reading`).
-tools/build_notebooks.py copies this module, the modules it imports, the references, baselines
-and rules into each assignment's ``selfcheck`` package, whose
-``__init__`` fills :data:`PUBLIC`; inside the course package the table comes from the registry.
-The grader also checks memory and speed at bigger shapes, on inputs of its own.
+``run_checks(name, fn)`` runs every check the grader runs on a graded function, as the grader
+runs it: ``fn`` on small random inputs on every course mesh against the NumPy reference (values
+and output sharding), the grader's structure rules on the program as the grader reads it
+(:mod:`autograder.course.reading`), and the grader's memory figure and modeled TPU speed at its
+own memory and speed cases (:mod:`.measure`); ``check(name, fn)`` says each in one line, and the
+release folder's pytest file makes each a test. tools/build_notebooks.py copies this module, the
+modules it imports, the references, baselines and rules into each assignment's ``selfcheck``
+package, whose ``__init__`` fills :data:`PUBLIC`; inside the course package the table comes from
+the registry.
 """
 from __future__ import annotations
 
@@ -28,9 +31,19 @@ from ..core.compare import (
     values_message,
 )
 from ..core.compiling import FAST_CPU_COMPILE, on_cpu, runner
+from ..core.errors import describe_error
 from ..core.loader import load, skipped_notes, written_names
 from ..core.meshes import make_mesh
+from ..core.results import (
+    MEASURED_NEED_STRUCTURE,
+    CheckResult,
+    credited,
+    failed,
+    passed,
+    skipped,
+)
 from ..course.reading import export_for_reading, read_paths
+from . import measure
 
 #: name -> {'args', 'in_specs', 'out_spec', 'uses_mesh', 'case', 'edges', 'reference', 'rtol',
 #: 'atol', 'hidden', 'baseline', 'limit', 'memory'}; 'case', 'edges' (or None), 'reference' and
@@ -208,25 +221,22 @@ def problem(name: str):
         speed_layout=tuple(spec.get("speed_layout", (2, 4))))
 
 
-#: what each check only the grader runs is about, as the self-check's last line names it
-HIDDEN = {"memory": "its memory", "speed": "its speed"}
-
-
-def _structure(rules, f, placed, static, mesh, prob, inputs, compiled: str) -> str | None:
+def _structure(rules, f, placed, static, mesh, prob, inputs, compiled: str):
     """The registry's structure rules on the program ``f`` is, read as the grader reads it
     (:mod:`autograder.course.reading`: its exported StableHLO, loops and branches counted on
-    the case ``inputs``; ``compiled``: the text of its compiled module): None when they hold,
-    else what to change."""
+    the case ``inputs``; ``compiled``: the text of its compiled module): ``(problem, refused)``,
+    problem None when they hold, else what to change; refused: the op table refused the program
+    (then the grader fails speed with structure)."""
     __tracebackhide__ = True  # pytest shows the check's message, not this frame
     exported, dynamic = export_for_reading(f, placed, static)
     paths = read_paths(exported, mesh if prob.uses_mesh else None, compiled, dynamic, inputs,
                        run=runner(FAST_CPU_COMPILE))
     if paths.error is not None:
-        return f"structure: {paths.error}"
+        return f"structure: {paths.error}", paths.refused is not None
     for devices, res in paths.judge(rules, mesh, prob):
         if not res.passed:
-            return f"structure{f' ({devices})' if devices else ''}: {res.message}"
-    return None
+            return f"structure{f' ({devices})' if devices else ''}: {res.message}", False
+    return None, False
 
 
 class CheckFailed(AssertionError):
@@ -287,29 +297,44 @@ def _wait(out, seconds: float, what: str) -> None:
         pause = min(0.05, pause * 2)
 
 
-def check(name: str, fn, *, layouts=((2, 4), (4, 2), (1, 8), (8, 1)), cases: int = 2,
-          verbose: bool = True, seed: int | None = None,
-          time_limit: float = TIME_LIMIT_S) -> None:
-    """Raise AssertionError with an explanation unless ``fn`` passes the public cases.
+#: the course meshes the public cases run on
+LAYOUTS = ((2, 4), (4, 2), (1, 8), (8, 1))
 
-    The cases are drawn afresh on every call, as the grader draws its own from a secret seed
-    (a program that passes on one draw and fails on another is found); ``seed`` draws the same
-    ones again, and a failure names it. Each case may take ``time_limit`` seconds (an endless
-    loop ends the check with a message instead of hanging it)."""
-    import os
+
+def check_names(name: str) -> list[str]:
+    """The checks the grader runs on ``name``, in its order (numerics, sharding, structure,
+    then memory and speed where the problem has them): the self-check runs the same."""
+    spec = _table()[name]
+    return ["numerics", "sharding"] + [c for c in spec.get("hidden", ())
+                                       if c not in ("numerics", "sharding")]
+
+
+def run_checks(name: str, fn, *, layouts=LAYOUTS, cases: int = 2, seed: int | None = None,
+               time_limit: float = TIME_LIMIT_S, big: bool = True,
+               raise_errors: bool = False) -> list[CheckResult]:
+    """Every check the grader runs on ``fn`` (the graded function ``name``), as the grader runs
+    it, one :class:`~autograder.core.results.CheckResult` each (:func:`check_names`):
+
+    * numerics and sharding on small random cases drawn afresh on every mesh of ``layouts``
+      (``cases`` per mesh, and the problem's edge cases on the first), against the NumPy
+      reference the grader uses; ``seed`` draws the same cases again;
+    * structure: the grader's rules on the program as the grader reads it, once per mesh;
+    * memory and speed (``big``): the grader's memory figure and modeled TPU ratio at its own
+      memory and speed cases, against its bound and limit (:mod:`.measure`).
+
+    As in the grader, structure, memory and speed need the numerics to pass first, and a
+    function that raised earns nothing else. ``raise_errors``: let an error of the function
+    itself propagate (the notebook shows its traceback) instead of failing numerics with it.
+    Each case may take ``time_limit`` seconds (an endless loop fails numerics, saying so)."""
     import secrets
 
-    __tracebackhide__ = True  # under pytest a failure shows its message, not this code
-    if os.environ.get("NBGRADER_EXECUTION"):  # the grader's report on this function follows
-        print(f"{name}: the self-check steps aside while nbgrader runs the notebook; the "
-              "grader's report below says what passed")
-        return None
     import jax
     from jax.sharding import NamedSharding, PartitionSpec
 
+    __tracebackhide__ = True
     table = _table()
     if name not in table:
-        raise KeyError(f"unknown graded function {name!r}")
+        raise KeyError(f"unknown graded function {name!r}; known: {sorted(table)}")
     spec = table[name]
     make_case, reference = _function(spec["case"]), _function(spec["reference"])
     in_specs = [None if s is None else PartitionSpec(*s) for s in spec["in_specs"]]
@@ -317,10 +342,16 @@ def check(name: str, fn, *, layouts=((2, 4), (4, 2), (1, 8), (8, 1)), cases: int
     static = tuple(i for i, s in enumerate(in_specs) if s is None)
     edges = _function(spec["edges"]) if spec.get("edges") else None
     rules = [decode_rule(r) for r in spec.get("rules", ())]
+    names = check_names(name)
+    found: dict[str, str] = {}  # check -> the first thing wrong with it
+    refused = raised = False
     n = n_edges = 0
+    seed = secrets.randbits(31) if seed is None else int(seed)
+    again = f" (cases drawn with seed={seed}: check({name!r}, fn, seed={seed}) draws them again)"
     for x, y in layouts:
+        if "numerics" in found:
+            break
         mesh = make_mesh(x, y)
-        seed = secrets.randbits(31) if seed is None else int(seed)
         rng = np.random.default_rng([x, y, seed])
         runs = [(tuple(make_case(rng, x, y, "small")), "") for _ in range(cases)]
         if edges is not None and (x, y) == tuple(layouts[0]):  # edge cases: on the first mesh
@@ -340,51 +371,134 @@ def check(name: str, fn, *, layouts=((2, 4), (4, 2), (1, 8), (8, 1)), cases: int
                      + ", ".join(f"{k}={list(a.shape) if hasattr(a, 'shape') else a}"
                                  for k, a in zip(spec["args"], args)) + label)
             f = functools.partial(fn, mesh=mesh) if spec["uses_mesh"] else fn
-            with _time_limit(time_limit, where):
-                # compiled as the grader compiles its numerics programs (on CPU: without
-                # LLVM's heavy passes, about 3x quicker to compile; elsewhere as XLA would)
-                compiled = jax.jit(f, static_argnums=static).lower(*placed).compile(
-                    on_cpu(FAST_CPU_COMPILE))
-                out = compiled(*[a for i, a in enumerate(placed) if i not in static])
+            try:
+                with _time_limit(time_limit, where):
+                    # compiled as the grader compiles its numerics programs (on CPU: without
+                    # LLVM's heavy passes, about 3x quicker to compile; elsewhere as XLA would)
+                    compiled = jax.jit(f, static_argnums=static).lower(*placed).compile(
+                        on_cpu(FAST_CPU_COMPILE))
+                    out = compiled(*[a for i, a in enumerate(placed) if i not in static])
+            except CheckFailed as e:  # an endless loop, stopped
+                found["numerics"], raised = str(e), True
+                break
+            except Exception as e:  # noqa: BLE001 - the function's own error
+                if raise_errors:
+                    raise
+                found["numerics"], raised = f"{where}: {describe_error(e)}", True
+                break
             try:
                 out = genuine_array(out)
-            except TypeError as e:
-                raise CheckFailed(f"{where}: {e}") from None
-            _wait(out, time_limit, where)
+                _wait(out, time_limit, where)
+            except TypeError as e:  # not an array
+                found["numerics"], raised = f"{where}: {e}", True
+                break
+            except CheckFailed as e:  # a program that never ends, stopped
+                found["numerics"], raised = str(e), True
+                break
             tiles = (out_spec, {"X": x, "Y": y}) if spec["uses_mesh"] else None
             msg = compare_values(np.asarray(jax.device_get(out)), want, spec["rtol"],
                                  spec["atol"], tiles=tiles)
             if spec["uses_mesh"]:
                 msg = values_message(msg, copies_disagree(out, mesh, spec["rtol"], spec["atol"]))
-                msg = msg or sharding_problem(out, mesh, out_spec)
-            if msg is None and rules and args is runs[0][0]:  # structure: once per mesh
-                msg = _structure(rules, f, placed, static, mesh, problem(name), args,
-                                 compiled.as_text())
+                bad = sharding_problem(out, mesh, out_spec)
+                if bad is not None and "sharding" not in found:
+                    found["sharding"] = f"{where}: {bad}{again}"
             if msg is not None:
-                raise CheckFailed(f"{where}: {msg} (cases drawn with seed={seed}: "
-                                     f"check({name!r}, fn, seed={seed}) draws them again)")
+                found["numerics"] = f"{where}: {msg}{again}"
+                break
+            if rules and args is runs[0][0] and "structure" not in found:  # once per mesh
+                bad, refused_here = _structure(rules, f, placed, static, mesh, problem(name),
+                                               args, compiled.as_text())
+                if bad is not None:
+                    found["structure"] = f"{where}: {bad}{again}"
+                    refused = refused or refused_here
             n, n_edges = n + (not label), n_edges + bool(label)
+    out = []
+    for c in names:
+        if c in found:
+            out.append(failed(c, found[c]))
+        elif c == "numerics":
+            meshes = (f" (meshes {', '.join(f'{x}x{y}' for x, y in layouts)})"
+                      if spec["uses_mesh"] else "")
+            first = f" on mesh {layouts[0][0]}x{layouts[0][1]}" if spec["uses_mesh"] else ""
+            edge = f" and {n_edges} edge cases{first}" if n_edges else ""
+            out.append(passed(c, f"values match the NumPy reference on {n} small "
+                              f"case{'s' * (n != 1)}{meshes}{edge}"))
+        elif raised:
+            out.append(skipped(c, "the function must run on every case first (see numerics)"))
+        elif c == "sharding":
+            out.append(passed(c, f"output laid out as P{tuple(spec['out_spec'])!r}"
+                              if spec["uses_mesh"] else "single-device function"))
+        elif "numerics" in found:
+            out.append(skipped(c, "the numerics check must pass first"))
+        elif c == "structure":
+            meshes = ", ".join(f"{x}x{y}" for x, y in layouts)
+            out.append(passed(c, f"the grader's rules hold (meshes {meshes})" if rules
+                              else "no rules"))
+        elif not big:
+            continue
+        elif c == "speed" and refused:
+            out.append(failed(c, "the TPU model cannot price this program (the structure "
+                              "check says why), so this check fails with the structure check"))
+        elif c == "memory":
+            with _time_limit(time_limit, f"{name} at the grader's memory case"):
+                out.append(measure.memory(problem(name), spec["memory"], spec["args"], fn))
+        elif c == "speed":
+            with _time_limit(2 * time_limit, f"{name} at the grader's speed case"):
+                out.append(measure.speed(problem(name), fn))
+    # as the grader counts them: speed and memory only for a program that keeps the rules
+    structure = next((r for r in out if r.name == "structure"), None)
+    return out if structure is None else [credited(r, structure) for r in out]
+
+
+def check(name: str, fn, *, layouts=LAYOUTS, cases: int = 2, verbose: bool = True,
+          seed: int | None = None, time_limit: float = TIME_LIMIT_S, big: bool = True) -> None:
+    """Run every check the grader runs on ``fn`` (:func:`run_checks`) and say each in one line;
+    raise :class:`CheckFailed` (an AssertionError) with what failed, unless all pass.
+
+    The cases are drawn afresh on every call, as the grader draws its own from a secret seed
+    (a program that passes on one draw and fails on another is found); ``seed`` draws the same
+    ones again, and a failure names it. Memory and speed are the grader's figures at its own
+    shapes (compile and model only, a few seconds); ``big=False`` leaves them out (pytest in
+    this folder, or ``memory_profile`` and ``tpu_profile``, run them). An error of the function
+    itself is raised as it is, with its traceback."""
+    import os
+
+    __tracebackhide__ = True  # under pytest a failure shows its message, not this code
+    if os.environ.get("NBGRADER_EXECUTION"):  # the grader's report on this function follows
+        print(f"{name}: the self-check steps aside while nbgrader runs the notebook; the "
+              "grader's report below says what passed")
+        return None
+    results = run_checks(name, fn, layouts=layouts, cases=cases, seed=seed,
+                         time_limit=time_limit, big=big, raise_errors=True)
+    bad = [r for r in results if not r.passed]
     if verbose:
         for note in notebook_notes(fn):
             print("note:", note)
-        hidden = [HIDDEN[c] for c in spec.get("hidden", ()) if c in HIDDEN]
-        tools = [t for c, t in (("memory", "memory_profile"), ("speed", "tpu_profile"))
-                 if c in spec.get("hidden", ())
-                 and (c != "speed" or spec.get("baseline") or spec.get("baseline_model"))]
-        also = (f" The grader also checks {', '.join(hidden[:-1])}"
-                f"{' and ' if len(hidden) > 1 else ''}{hidden[-1]} at bigger shapes"
-                + (f" ({' and '.join(tools)} show{'s' if len(tools) == 1 else ''} "
-                   f"{'it' if len(tools) == 1 else 'them'})" if tools else "") + "."
-                if hidden else "")
-        what = ["values"] + ["output sharding"] * spec["uses_mesh"] + ["structure"] * bool(rules)
-        what = ", ".join(what[:-1]) + " and " + what[-1] if len(what) > 1 else what[0]
-        if spec["uses_mesh"]:
-            where = f" (meshes {', '.join(f'{x}x{y}' for x, y in layouts)})"
-            edge = f" and {n_edges} edge cases on mesh {layouts[0][0]}x{layouts[0][1]}"
-        else:
-            where, edge = "", f" and {n_edges} edge cases"
-        print(f"OK {name}: {what} match on {n} small cases{where}"
-              f"{edge if n_edges else ''}.{also}")
+        print(lines(name, results, big=big))
+    if bad:
+        first = [r for r in bad if not r.skipped]
+        raise CheckFailed("\n".join(f"{r.name}: {r.message}" for r in first))
+
+
+def lines(name: str, results: list[CheckResult], *, big: bool = True) -> str:
+    """What ``check`` prints: one line per check (``ok`` or ``FAILED``, then what was found),
+    and ``OK name`` at the end where every check the grader runs passed here."""
+    width = max(len(r.name) for r in results)
+    out = [f"  {r.name:{width}s}  {'ok' if r.passed else 'FAILED':6s}  {r.message}"
+           for r in results]
+    left = [c for c in check_names(name) if c not in {r.name for r in results}]
+    if left:
+        out.append(f"  {', '.join(left)}: not run here (big=False): pytest in this folder runs "
+                   "them, as do memory_profile and tpu_profile")
+    rule = (f"; {MEASURED_NEED_STRUCTURE}"
+            if any(c in ("memory", "speed") for c in check_names(name)) else "")
+    if all(r.passed for r in results) and not left:
+        out.append(f"OK {name}: every check the grader runs passes here "
+                   f"({', '.join(r.name for r in results)}){rule}")
+    elif all(r.passed for r in results):
+        out.append(f"OK {name}: {', '.join(r.name for r in results)} pass{rule}")
+    return f"{name}:\n" + "\n".join(out)
 
 
 def load_functions(path) -> dict:

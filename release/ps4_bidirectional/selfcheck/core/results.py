@@ -5,6 +5,15 @@ from dataclasses import asdict, dataclass, field
 
 CHECK_NAMES = ("numerics", "sharding", "structure", "memory", "speed")
 
+#: the one rule on the measured checks, in the words the grader's message, the self-check,
+#: CONTRACT.md and every notebook's "What the grader checks" block all use
+#: (:func:`credited` applies it)
+MEASURED_NEED_STRUCTURE = ("speed and memory count only for a program that keeps the structure "
+                           "rules")
+
+#: the checks :data:`MEASURED_NEED_STRUCTURE` is about
+MEASURED = ("memory", "speed")
+
 #: the longest message a check result keeps when it is read back (longer ones are cut, marked)
 MAX_MESSAGE = 8000
 
@@ -177,5 +186,19 @@ class SubmissionResult:
         return "\n".join(parts)
 
 
-__all__ = ["CheckResult", "FunctionResult", "SubmissionResult", "passed", "failed", "skipped",
+def credited(check: CheckResult, structure: CheckResult) -> CheckResult:
+    """``check`` as it counts: a memory or speed check of a program that fails the structure
+    rules is failed, whatever it measured (:data:`MEASURED_NEED_STRUCTURE`), with what it
+    measured kept in the message for information; any other check, or one of a program that
+    keeps the rules, as it is. A skipped check stays skipped."""
+    if check.name not in MEASURED or structure.passed or check.skipped:
+        return check
+    alone = "would pass" if check.passed else "fails too"
+    return failed(check.name, f"not credited: the program fails the structure rules (see "
+                  f"structure); {MEASURED_NEED_STRUCTURE}. For information, the {check.name} "
+                  f"check alone {alone}: {check.message}")
+
+
+__all__ = ["MEASURED", "MEASURED_NEED_STRUCTURE", "CheckResult", "FunctionResult", "credited",
+           "SubmissionResult", "passed", "failed", "skipped",
            "asdict", "shown"]

@@ -17,7 +17,8 @@ from typing import Callable, Optional
 
 from . import chips as chipmod
 from .cost import Geometry, build_tasks
-from .hlo import Budget, DataDependentLoop, ModelError, parse_module, run_device
+from .hlo import (Budget, DataDependentLoop, ModelError, RunDisagrees, parse_module,
+                  run_device)
 from .schedule import Timeline, schedule
 from .work import Floor, floored, static_work, xla_flops
 
@@ -98,9 +99,12 @@ class Modeled:
     devices: int = 1
     #: why the time is an upper bound (e.g. branches chosen by data, all costed)
     bounds: tuple = ()
-    #: per loop whose trip count depends on the data: the most iterations one entry of it ran
-    #: on the input it was counted on, which the model pinned (empty: no such loop)
+    #: per loop, where the model priced the program with its loops pinned to a run's counts:
+    #: the most iterations one entry of it ran on the input it was counted on (empty: the
+    #: model's own walk was used, or the program has no loop)
     trips: tuple = ()
+    #: how many conditionals the model priced at the branches a run took (pinned)
+    branches: int = 0
 
     @property
     def time_us(self) -> float:
@@ -145,10 +149,15 @@ def recorded(figures: dict, chip: str, mesh_shape, name: str = "jit baseline") -
 
 
 def model_hlo(text: str, mesh_shape=(1,), axis_names=("X",), chip=None,
-              device: Optional[int] = None, name: str = "") -> Modeled:
+              device: Optional[int] = None, name: str = "",
+              measured: Optional[list] = None) -> Modeled:
     """Model the per-device module ``text``. ``device=None``: the slowest device (only device 0
     is flattened unless a loop or a branch reads the device's position; then every device is,
-    and the slowest one is timed); an int: that device alone."""
+    and the slowest one is timed); an int: that device alone. ``measured``: per device (mesh
+    order) what a run of the same program counted
+    (:class:`~autograder.core.stablehlo.RunCounts`); where the model's walk of its loops and
+    branches is not that, :class:`RunDisagrees` is raised (:func:`model_measured` then prices
+    the program pinned to the run's counts)."""
     chip = chipmod.get_chip(chip)
     comps, entry = parse_module(text)
     geo = Geometry(tuple(mesh_shape), tuple(axis_names))
@@ -157,6 +166,12 @@ def model_hlo(text: str, mesh_shape=(1,), axis_names=("X",), chip=None,
     runs = [first]
     if device is None and first.device_dependent:
         runs += [run_device(comps, entry, d, budget=budget) for d in range(1, geo.n)]
+    if measured is not None:
+        for fl in runs:  # a walk that read no device position is every device's
+            for d in ([fl.device] if len(runs) > 1 else range(len(measured))):
+                why = fl.disagrees(measured[d])
+                if why is not None:
+                    raise RunDisagrees(f"device {d}: {why}")
     worst = None
     for fl in runs:
         timeline = schedule(build_tasks(fl.nodes, fl.out, geo, chip, fl.device))
@@ -166,6 +181,39 @@ def model_hlo(text: str, mesh_shape=(1,), axis_names=("X",), chip=None,
     bounds = tuple(dict.fromkeys(b for r in runs for b in r.bounds))
     return Modeled(timeline, chip.name, tuple(mesh_shape), name, device=fl.device,
                    devices=len(runs), bounds=bounds)
+
+
+def model_measured(text: str, mesh_shape=(1,), axis_names=("X",), chip=None, name: str = "",
+                   measured: Optional[Callable[[], list]] = None,
+                   pinned: Optional[Callable[[], tuple]] = None) -> Modeled:
+    """Model ``text`` with its loops and branches as the instrumented run of the same program
+    measured them, wherever a run measured them: the model's own evaluation of loop conditions
+    and branch indices (:mod:`.scalars`) only fills in what no run measured.
+
+    ``measured()``: per device, what the run counted (None, or a :class:`LoopCountError`: no
+    measurement). ``pinned()``: ``(text, trips, branches)``, the partitioned module of the same
+    program with every loop pinned to the run's counts and every conditional that ran one
+    branch per device pinned to it (:func:`~autograder.tpumodel.loops.pinned`), the trip
+    counts and how many conditionals were pinned. The walk of ``text`` is used where it is
+    what the run measured; a walk that differs (a loop or a branch the model would read
+    otherwise than the device ran it), or a loop only the data bounds, is priced pinned."""
+    counts = None
+    if measured is not None:
+        from .loops import LoopCountError
+
+        try:
+            counts = measured()
+        except LoopCountError:
+            counts = None  # nothing measured: the model's own reading (the rules say why)
+    try:
+        return model_hlo(text, mesh_shape, axis_names, chip=chip, name=name, measured=counts)
+    except (DataDependentLoop, RunDisagrees):
+        if pinned is None:
+            raise
+    text, trips, branches = pinned()
+    st = model_hlo(text, mesh_shape, axis_names, chip=chip, name=name)
+    st.trips, st.branches = tuple(trips), int(branches)
+    return st
 
 
 def _mesh_geometry(mesh):
@@ -193,20 +241,25 @@ def _problem(problem):
 
 
 def compare(problem, fn, mesh, args, *, chip=None, program=False,
-            texts: Optional[tuple[str, str]] = None) -> tuple[Modeled, Modeled]:
+            texts: Optional[tuple[str, Optional[str]]] = None,
+            baseline: Optional[Modeled] = None) -> tuple[Modeled, Modeled]:
     """(student, baseline) models for a registry problem on placed ``args``.
 
     ``fn`` is the student's function (called with the mesh and the static values), or, with
     ``program=True``, an already bound program of the array arguments alone (the grader passes
     a deserialized ``jax.export`` artifact's ``call``). ``texts``: the two partitioned modules,
-    already dumped (see :func:`compile_partitioned`); ``fn`` and ``args`` are then unused."""
+    already dumped (see :func:`compile_partitioned`); ``fn`` and ``args`` are then unused.
+    ``baseline``: the jit baseline already modeled (a release folder's :func:`recorded`
+    figures, where the baseline's code stays with the grader), in place of ``texts[1]``."""
     problem = _problem(problem)
-    if problem.baseline is None:
+    if problem.baseline is None and baseline is None:
         raise ModelError(f"{problem.name} has no jit baseline to compare with")
     shape, names = _mesh_geometry(mesh if problem.uses_mesh else None)
     if texts is not None:
-        return (model_hlo(texts[0], shape, names, chip=chip, name="student"),
-                model_hlo(texts[1], shape, names, chip=chip, name="jit baseline"))
+        st = model_hlo(texts[0], shape, names, chip=chip, name="student")
+        if baseline is None:
+            baseline = model_hlo(texts[1], shape, names, chip=chip, name="jit baseline")
+        return st, baseline
     st = model_student(problem, fn, mesh, args, chip=chip, program=program)
     base = model_hlo(baseline_hlo(problem, mesh, args), shape, names, chip=chip,
                      name="jit baseline")
@@ -255,36 +308,54 @@ def model_student(problem, fn, mesh, args, *, chip=None, program=False) -> Model
     return st
 
 
+def pinned_partitioned(exported, dynamic, trips, branches=None) -> str:
+    """The partitioned module of ``exported`` with each loop stopping after its count in
+    ``trips`` (counted on ``dynamic``, :mod:`.loops`) and the conditionals of ``branches``
+    running the branch each device ran (:meth:`.loops.CountedRun.taken`): what the model reads
+    of a program whose loops run as often as its data says. Only read, never run: the
+    quickest compile."""
+    import jax
+
+    from ..core.compiling import FAST_CPU_COMPILE, on_cpu
+    from .loops import pinned
+
+    lowered = jax.jit(pinned(exported, trips, branches or {}).call).lower(*dynamic)
+    return compile_partitioned(lowered, on_cpu(FAST_CPU_COMPILE))[1]
+
+
 def modeled_threshold(problem) -> float:
     return problem.threshold("tpu_model")
 
 
 def grading_modeler(problem, fn, mesh, args, *, chip=None, program=False,
-                    texts: Optional[tuple[str, str]] = None,
-                    pinned: Optional[Callable[[], tuple[str, tuple[int, ...]]]] = None,
-                    compiled=None) -> dict:
+                    texts: Optional[tuple[str, Optional[str]]] = None,
+                    pinned: Optional[Callable[[], tuple]] = None,
+                    measured: Optional[Callable[[], list]] = None,
+                    compiled=None, baseline: Optional[Modeled] = None) -> dict:
     """The ``modeler`` hook of :func:`autograder.judge.grading.grade_function`.
 
     Returns ``{'chip', 'student_us', 'baseline_us', 'ratio', 'threshold', ...}``, or
     ``{'unreadable': why}`` when the student's program holds something the model cannot price
     (the speed check then fails and says why: a program the model cannot read is never judged
     on a laxer basis). Any other error is the model's own and propagates (the grader's fault).
-    ``pinned()``: for a program whose loops run as often as its data says, the partitioned
-    module of the same program with each loop's trip count fixed to what a run on the
-    grading input counted, and those counts (see :mod:`autograder.tpumodel.loops`).
+    ``measured()`` and ``pinned()`` (with ``texts``): the counts of the instrumented run of the
+    student's program on the grading input and the same program pinned to them, which the
+    model uses wherever its own walk differs (:func:`model_measured`).
     ``compiled``: the executable XLA compiled from the student's module ``texts[0]``: its own
     FLOP count is the floor under the model's (:mod:`.work`), and ``'flops'`` holds both
-    counts (:meth:`.work.Floor.to_dict`)."""
-    trips = None
+    counts (:meth:`.work.Floor.to_dict`). ``baseline``: the jit baseline's recorded figures
+    (:func:`recorded`) in place of ``texts[1]``: how a release folder's self-check runs this
+    same verdict where the baseline's code stays with the grader."""
     try:
-        try:
-            st, base = compare(problem, fn, mesh, args, chip=chip, program=program, texts=texts)
-        except DataDependentLoop:
-            if pinned is None or texts is None:
-                raise
-            text, trips = pinned()
+        if texts is not None:
+            shape, names = _mesh_geometry(mesh if _problem(problem).uses_mesh else None)
+            st = model_measured(texts[0], shape, names, chip=chip, name="student",
+                                measured=measured, pinned=pinned)
+            base = baseline if baseline is not None else model_hlo(
+                texts[1], shape, names, chip=chip, name="jit baseline")
+        else:
             st, base = compare(problem, fn, mesh, args, chip=chip, program=program,
-                               texts=(text, texts[1]))
+                               baseline=baseline)
     except ModelError as e:
         return {"unreadable": str(e)[:300]}
     floor = None
@@ -295,8 +366,10 @@ def grading_modeler(problem, fn, mesh, args, *, chip=None, program=False,
     out = {"chip": st.chip, "student_us": s, "baseline_us": b,
            "ratio": s / max(b, 1e-9), "threshold": modeled_threshold(_problem(problem)),
            "student": st.summary(), "baseline": base.summary()}
-    if trips is not None:
-        out["trips"] = list(trips)
+    if st.trips:
+        out["trips"] = list(st.trips)
+    if st.branches:
+        out["branches"] = st.branches
     if floor is not None:
         out["flops"] = floor.to_dict()
         out["flops_clause"] = floor.clause()

@@ -13,7 +13,12 @@ follows XLA's definition for it (HLO semantics, as the CPU, GPU and TPU backends
 * integer division truncates; ``x / 0`` is all ones (-1 signed, the maximum unsigned), and
   ``INT_MIN / -1`` is ``INT_MIN``; ``x % 0`` is ``x`` and ``INT_MIN % -1`` is 0;
 * a shift by the bit width or more gives 0 (left, logical right) or the sign (arithmetic right);
-* conversions between integer types wrap; float to integer truncates toward zero.
+  an arithmetic right shift copies the top bit whatever the type's signedness (on an unsigned
+  value too: ``0x80000000 >> 1`` is ``0xC0000000``);
+* conversions between integer types wrap; float to integer truncates toward zero;
+* a compare of type TOTALORDER orders floats by their bits: ``-NaN < -inf < ... < -0.0 < +0.0
+  < ... < +inf < +NaN`` (so ``-0.0 < +0.0`` is true and a NaN equals itself); the other types
+  compare as IEEE does (``-0.0 == +0.0``, NaN unordered).
 
 Floating point is known only where every backend must agree: the backends flush subnormals to
 zero (NumPy keeps them: ``1e-20 * 1e-20 > 0`` is true in NumPy, false under XLA), a TPU divides
@@ -21,6 +26,8 @@ and takes square roots by approximation, and a compiler may fuse a multiply into
 float operation is evaluated only when no rounding can happen (an add, subtract or multiply
 whose exact result the type holds; negate, abs, sign, floor, ceil, round, max, min, compare,
 select and exact conversions) and no operand or result is subnormal; anything else is unknown.
+The sign of a zero is kept where XLA keeps it (``sign(-0.0)`` is ``-0.0``); the maximum or
+minimum of two zeros of opposite signs is unknown (IEEE leaves it open, and backends differ).
 
 Where XLA's answer is not pinned down here (float to integer out of range or NaN, an element
 type or an operation this module does not know), the value is unknown (``None``): the caller
@@ -36,8 +43,10 @@ import numpy as np
 try:  # jax depends on ml_dtypes: bfloat16 and the 8-bit floats
     import ml_dtypes
     _EXTRA = {"bf16": np.dtype(ml_dtypes.bfloat16)}
+    _finfo = ml_dtypes.finfo  # NumPy's finfo does not know bfloat16
 except ImportError:  # pragma: no cover - never without jax; such values are then unknown
     _EXTRA = {}
+    _finfo = np.finfo
 
 _DTYPES = {"pred": np.dtype(np.bool_), "s8": np.dtype(np.int8), "s16": np.dtype(np.int16),
            "s32": np.dtype(np.int32), "s64": np.dtype(np.int64), "u8": np.dtype(np.uint8),
@@ -46,9 +55,18 @@ _DTYPES = {"pred": np.dtype(np.bool_), "s8": np.dtype(np.int8), "s16": np.dtype(
            "f64": np.dtype(np.float64), **_EXTRA}
 
 
+#: the float element types (bfloat16's NumPy kind is 'V', not 'f')
+_FLOATS = frozenset(d for k, d in _DTYPES.items() if k.startswith(("f", "bf")))
+
+
 def numpy_dtype(hlo_type: str) -> Optional[np.dtype]:
     """The NumPy dtype of an HLO element type, or None for one this module does not evaluate."""
     return _DTYPES.get(hlo_type)
+
+
+def _kind(dt: np.dtype) -> str:
+    """NumPy's kind of a dtype ('b', 'i', 'u', 'f'), bfloat16 counted as a float."""
+    return "f" if dt in _FLOATS else dt.kind
 
 
 def literal(text: str, hlo_type: str) -> Optional[np.generic]:
@@ -81,23 +99,23 @@ def _wrap(v: int, dt: np.dtype) -> np.generic:
 
 def _convert(x: np.generic, dt: np.dtype) -> Optional[np.generic]:
     src = x.dtype
+    if _subnormal(x):
+        return None  # flushed to zero by XLA's backends (a subnormal converts to false, to 0)
     if dt.kind == "b":
         return np.bool_(x != 0)
     if dt.kind in "iu":
-        if src.kind in "biu":
+        if _kind(src) in "biu":
             return _wrap(int(x), dt)
         f = float(x)
-        if not np.isfinite(f) or _subnormal(x):
+        if not np.isfinite(f):
             return None
         t = int(f)  # toward zero
         info = np.iinfo(dt)
         return dt.type(t) if info.min <= t <= info.max else None
-    if src.kind == "f" and _subnormal(x):
-        return None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         y = np.array(x).astype(dt)[()]
-    exact = (int(x) == y) if src.kind in "biu" and np.isfinite(y) else \
+    exact = (int(x) == y) if _kind(src) in "biu" and np.isfinite(y) else \
         (src.kind == "b" or np.isnan(x) and np.isnan(y) or float(x) == float(y))
     return y if exact and not _subnormal(y) else None  # a rounding conversion: unknown
 
@@ -105,10 +123,10 @@ def _convert(x: np.generic, dt: np.dtype) -> Optional[np.generic]:
 def _subnormal(x) -> bool:
     """Whether a float is subnormal (which XLA's backends flush to zero and NumPy keeps)."""
     x = np.asarray(x)
-    if x.dtype.kind != "f":
+    if _kind(x.dtype) != "f":
         return False
     f = abs(float(x))
-    return 0.0 < f < float(np.finfo(x.dtype).tiny)
+    return 0.0 < f < float(_finfo(x.dtype).tiny)
 
 
 def evaluate(opcode: str, out_type: str, attrs: dict, values: list) -> Optional[Any]:
@@ -128,12 +146,7 @@ def evaluate(opcode: str, out_type: str, attrs: dict, values: list) -> Optional[
 def _evaluate(op: str, dt: np.dtype, attrs: dict, c: list) -> Optional[Any]:
     integer = dt.kind in "iu"
     if op == "compare":
-        a, b = c
-        if _subnormal(a) or _subnormal(b):
-            return None
-        d = attrs.get("direction", "EQ")
-        return np.bool_({"EQ": a == b, "NE": a != b, "LT": a < b, "LE": a <= b, "GT": a > b,
-                         "GE": a >= b}[d])
+        return _compare(attrs, *c)
     if op == "select":
         return c[1] if bool(c[0]) else c[2]
     if op == "convert":
@@ -143,11 +156,12 @@ def _evaluate(op: str, dt: np.dtype, attrs: dict, c: list) -> Optional[Any]:
         return np.array(c[0], src).view(dt)[()] if src.itemsize == dt.itemsize else None
     if op == "clamp":  # clamp(lo, x, hi)
         lo, x, hi = c
+        if dt.kind == "b":
+            return None  # not an operation XLA's backends all implement
         if integer:
             return dt.type(min(max(int(x), int(lo)), int(hi)))
-        if any(_subnormal(y) for y in c):
-            return None
-        return dt.type(np.minimum(np.maximum(x, lo), hi))
+        low = _floating("maximum", dt, [dt.type(x), dt.type(lo)])
+        return None if low is None else _floating("minimum", dt, [low, dt.type(hi)])
     if op == "is-finite":
         return np.bool_(np.isfinite(float(c[0])))
     if dt.kind == "b":
@@ -165,6 +179,38 @@ def _evaluate(op: str, dt: np.dtype, attrs: dict, c: list) -> Optional[Any]:
     if integer:
         return _integer(op, dt, [int(x) for x in c])
     return _floating(op, dt, [dt.type(x) for x in c])
+
+
+#: the comparison type XLA takes when the instruction names none
+_DEFAULT_TYPE = {"b": "UNSIGNED", "i": "SIGNED", "u": "UNSIGNED", "f": "FLOAT"}
+
+
+def _compare(attrs: dict, a: np.generic, b: np.generic) -> Optional[np.bool_]:
+    """``compare`` with its direction and type (HLO's ``direction=LT, type=TOTALORDER``)."""
+    if a.dtype != b.dtype or _subnormal(a) or _subnormal(b):
+        return None
+    kind = _kind(a.dtype)
+    typ = attrs.get("type", _DEFAULT_TYPE.get(kind))
+    direction = attrs.get("direction")
+    if direction not in ("EQ", "NE", "LT", "LE", "GT", "GE"):
+        return None
+    if kind == "f" and typ == "TOTALORDER":
+        a, b = _total_order(a), _total_order(b)
+    elif typ != _DEFAULT_TYPE.get(kind):
+        return None  # a type XLA would not give these operands (SIGNED on floats, say)
+    return np.bool_({"EQ": a == b, "NE": a != b, "LT": a < b, "LE": a <= b, "GT": a > b,
+                     "GE": a >= b}[direction])
+
+
+def _total_order(x: np.generic) -> int:
+    """A float's place in IEEE's total order as an integer: its bits read as a signed integer,
+    the magnitude bits of a negative one flipped (``-NaN < -inf < -0.0 < +0.0 < +inf <
+    +NaN``)."""
+    bits = x.dtype.itemsize * 8
+    u = int(np.array(x).view(f"u{x.dtype.itemsize}")[()])
+    if u >> (bits - 1):
+        return -1 - (u & ((1 << (bits - 1)) - 1))  # -0.0 is -1, below +0.0 at 0
+    return u
 
 
 def _integer(op: str, dt: np.dtype, c: list[int]) -> Optional[np.generic]:
@@ -215,8 +261,10 @@ def _integer(op: str, dt: np.dtype, c: list[int]) -> Optional[np.generic]:
         if op == "shift-right-logical":
             u = a & ((1 << bits) - 1)
             return _wrap(u >> s, dt) if s < bits else dt.type(0)
+        u = a & ((1 << bits) - 1)  # the top bit is the sign, of an unsigned value too
+        a = u - (1 << bits) if u >> (bits - 1) else u
         if s >= bits:
-            return _wrap(-1 if (signed and a < 0) else 0, dt)
+            return _wrap(-1 if a < 0 else 0, dt)
         return _wrap(a >> s, dt)
     if op == "popcnt":
         return dt.type(bin(c[0] & ((1 << bits) - 1)).count("1"))
@@ -240,7 +288,13 @@ def _floating(op: str, dt: np.dtype, c: list) -> Optional[np.generic]:
             return None  # rounded (or overflowed): how a backend rounds is not pinned down
         out = got
     elif op in ("maximum", "minimum") and len(c) == 2:
+        if c[0] == 0 and c[1] == 0 and np.signbit(c[0]) != np.signbit(c[1]):
+            return None  # max(-0.0, +0.0): IEEE leaves it open, and backends differ
         out = dt.type((np.maximum if op == "maximum" else np.minimum)(c[0], c[1]))
+    elif op == "sign" and not (np.isfinite(c[0]) and c[0] != 0):
+        out = c[0]  # sign(+-0.0) is that zero, sign(NaN) is NaN, sign(+-inf) is +-1
+        if np.isinf(out):
+            out = dt.type(np.copysign(1.0, float(out)))
     elif op == "round-nearest-afz":
         x = float(c[0])
         out = dt.type(np.copysign(np.floor(abs(x) + 0.5), x)) if np.isfinite(x) else dt.type(x)

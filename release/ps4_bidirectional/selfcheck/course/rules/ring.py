@@ -10,7 +10,11 @@ ask for, on every mesh with more than one device along 'Y':
 * the data moves round the 'Y' ring with ``ppermute`` to a neighbour (shift +1 or -1), nothing
   crosses 'X';
 * the partial matmuls are interleaved with the sends: at least as many ``dot_general``\\ s run as
-  there are chunks;
+  there are chunks, and they are weighed, not counted: each counts up to one chunk's share of
+  the device's matmul FLOPs, only if it uses the ring's data (A's blocks, or what came from
+  them) and its result reaches the output, and together they carry at least
+  :data:`FLOP_SHARE` of the FLOPs; the blocks that arrive are multiplied (all-gather rings)
+  and the partial products are what is sent (reduce rings);
 * the bytes fit the algorithm: the all-gather rings pass A's blocks (at most Y of them), the
   reduce-scatter rings only output-block partial sums ``[B/X, D/Y]`` (Y-1 of them in all);
 * the bidirectional variants send about half of the data each way round the ring.
@@ -40,6 +44,12 @@ from .base import CLAUSES, HOW_TO_LOOK, rule_factory, uses_shard_map
 BLOCK_SLACK = 0.25
 #: in a bidirectional ring, each direction must carry at least this share of the bytes
 MIN_SHARE = 0.25
+#: the partial matmuls must carry at least this share of the FLOPs of the device's matmul(s),
+#: each counted up to one chunk's share (1/chunks of them): a matmul of two gathered blocks
+#: counts as one chunk's, a [1, 1] decoy as almost nothing. The slack is for a step that
+#: splits its matmul unevenly; a ring missing one chunk's matmul of four still passes, one
+#: doing half of them in one matmul after the ring does not
+FLOP_SHARE = 0.75
 
 _MONOLITHIC = {
     "all_gather": "an all_gather, which blocks until the whole operand has arrived before any "
@@ -96,6 +106,102 @@ def _describe(op: Op, y: int) -> str:
     runs = op.times()
     extra = f", ring shift {_shifts(op, y)}" if op.perm else ""
     return f"{op.kind} over {','.join(op.axes) or '?'} of {shapes} {runs}{extra}"
+
+
+def matmul_flops(variant: str, nx: int, ny: int, arg_info) -> int | None:
+    """FLOPs of one device's share of the problem's matmul(s): ``2 B K N / (X Y)`` for
+    ``A[B, K] @ W[K, N]`` (the MLP: both of its matmuls); None where the arguments are not
+    2-D."""
+    weights = arg_info[1:3] if variant == "mlp" else arg_info[1:2]
+    if not arg_info or not weights or any(len(s) != 2 for s, _ in (arg_info[0], *weights)):
+        return None
+    rows = int(arg_info[0][0][0])
+    return sum(2 * rows * int(k) * int(n) for (k, n), _ in weights) // (nx * ny)
+
+
+def _flops(n: float) -> str:
+    for unit, size in (("GFLOP", 1e9), ("MFLOP", 1e6), ("kFLOP", 1e3)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{int(n)} FLOP"
+
+
+def weigh_partials(prog: Program, variant: str, nx: int, ny: int, n_chunks: int,
+                   what: str, perms: list, psums: list,
+                   first: str = "A") -> CheckResult | None:
+    """The partial matmuls weighed by what they contribute (None: they carry the matmul).
+
+    A ``dot_general`` takes part where it uses the ring's data (``first``, the first argument,
+    or what came from it: the blocks that arrive, the partial sums) and its result reaches the
+    output; each run counts up to one chunk's share of :func:`matmul_flops` (more in one
+    matmul is still one chunk's). Together they must carry :data:`FLOP_SHARE` of the FLOPs;
+    in an all-gather ring, those using a block that arrived by ppermute must carry that share
+    of the Y-1 blocks that arrive; in a reduce ring, those whose results are sent (ppermute
+    or psum) that share of what is sent. Where the reader did not trace the data flow (the
+    jaxpr reader of the tests), every dot takes part."""
+    need = matmul_flops(variant, nx, ny, prog.arg_info)
+    if not need:
+        return _fail("the arguments are not the problem's 2-D matrices, so the partial "
+                     "matmuls cannot be weighed.")
+    if variant == "allreduce" and not perms:
+        # tiles cut by rows may come out empty (more tiles than rows): the shares are the
+        # tiles that hold data
+        n_chunks = max(1, sum(o.runs for o in psums if o.in_bytes > 0))
+    unit = need / n_chunks
+    traced = prog.out_from_ops is not None
+    dots = [o for o in prog.ops if o.prim == "dot_general" and o.count != 0]
+    ring = [o for o in dots if not traced or (0 in (o.from_args or ())
+                                              and o.index in prog.out_from_ops)]
+
+    def share(ops) -> float:  # in chunks
+        return sum(o.runs * min(1.0, o.flops / unit) for o in ops)
+
+    secret = _data(prog, "dot_general")
+    weight = share(ring)
+    if weight < FLOP_SHARE * n_chunks - 1e-9:
+        big = max(dots, key=lambda o: o.flops, default=None)
+        found = ("the matmuls that use the ring's data and reach the output carry less than "
+                 "that, counting those in loops and branches as often as the data made them "
+                 "run" if secret else
+                 f"the matmuls that use the ring's data and reach the output carry "
+                 f"{_flops(weight * unit)} of the {_flops(need)}, "
+                 f"{sum(o.runs for o in ring)} matmul(s) counted up to one share each")
+        biggest = ("" if big is None or big.flops <= 1.5 * unit else
+                   f"; the largest, {' x '.join(str(list(s)) for s in big.in_shapes)}, "
+                   f"multiplies {big.flops / unit:.1f} chunks' worth at once, which cannot "
+                   f"overlap with the ring, and counts as one")
+        return _fail(f"split the matmul into partial matmuls, one per chunk ({what}), each "
+                     f"multiplying the data of its step, 1/{n_chunks} of the "
+                     f"{_flops(need)} a device computes ({_flops(unit)} each), so each runs "
+                     f"while the next chunk travels; at least {100 * FLOP_SHARE:.0f}% of the "
+                     f"FLOPs must be carried that way; {found}{biggest}. (A matmul on data "
+                     f"that did not come from {first}, or whose result never reaches the "
+                     f"output, counts nothing.)", prog)
+    if not traced:
+        return None
+    if variant in ("allgather", "mlp") and perms:
+        ids = {o.index for o in perms}
+        used = share([o for o in ring if o.from_ops & ids])
+        if used < FLOP_SHARE * (ny - 1) - 1e-9:
+            found = ("less than that" if secret else
+                     f"{_flops(used * unit)} ({used:.2f} blocks' worth)")
+            return _fail(f"multiply each block of {first} as it arrives: the Y-1 = {ny - 1} "
+                         f"blocks that come by ppermute hold {_flops((ny - 1) * unit)} of the "
+                         f"matmul's FLOPs, and the partial matmuls using them must carry at "
+                         f"least {100 * FLOP_SHARE:.0f}% of that; found {found}.", prog)
+    elif variant in ("reducescatter", "allreduce"):
+        sent = [o for o in perms + psums]
+        into = set().union(*(o.from_ops or () for o in sent))
+        n_sent = (ny - 1) if perms else n_chunks
+        fed = share([o for o in ring if o.index in into])
+        if fed < FLOP_SHARE * n_sent - 1e-9:
+            found = ("less than that" if secret else
+                     f"{_flops(fed * unit)} ({fed:.2f} chunks' worth)")
+            return _fail(f"send the partial products: the {n_sent} chunk(s) sent round the "
+                         f"ring hold {_flops(n_sent * unit)} of the matmul's FLOPs, and the "
+                         f"partial matmuls whose results are sent must carry at least "
+                         f"{100 * FLOP_SHARE:.0f}% of that; found {found}.", prog)
+    return None
 
 
 def _data(prog: Program, kind: str) -> bool:
@@ -258,6 +364,10 @@ def ring_rule(variant: str, *, bidirectional: bool = False):
             return _fail(f"split the matmul into partial matmuls, at least one per chunk "
                          f"({what}), each running while the next chunk travels (one big matmul "
                          f"before or after the ring cannot overlap with it); {found}.")
+        names = getattr(problem, "arg_names", None) or ("A",)
+        weighed = weigh_partials(prog, variant, nx, ny, n_chunks, what, perms, psums, names[0])
+        if weighed is not None:
+            return weighed
 
         # -- bytes ---------------------------------------------------------------------
         notes = []

@@ -1,0 +1,213 @@
+"""The memory and speed checks at home: the grader's figures, from the grader's own code.
+
+:func:`memory` compiles a graded function at the grader's memory case (its mesh and shapes) as
+the grader's memory check compiles it and sets its temporary bytes beside the grader's bound.
+:func:`speed` models it at the grader's speed case with the grader's own modeler
+(:func:`autograder.tpumodel.api.grading_modeler`): the same compile, the same op table, the same
+loop pinning and FLOPs floor, against the jit baseline (or, where its code stays with the grader,
+the baseline's figures modeled there at the same case) and the same limit. Both return a
+:class:`~autograder.core.results.CheckResult`, passed exactly where the grader's would be on the
+same figures, or failed with what stops them from running here: never passed by default.
+
+What differs from the grader, said in the messages: the grader's big cases hold values drawn
+from its secret seed (here: seed 0, the same shapes), which changes the modeled time only where
+a loop runs as often as the data says; and the grader also runs both programs once, to check
+they compute the case's answer and keep the structure rules at that size (a function that does
+the same thing whatever the size of its inputs passes those as it passes the small cases).
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Optional
+
+from ..core.errors import describe_error
+from ..core.results import MEASURED_NEED_STRUCTURE, CheckResult, failed, passed
+
+MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class MemoryProfile:
+    """The compiled temporary memory of a graded function at the grader's memory case."""
+
+    name: str
+    where: str
+    temp_bytes: int
+    bound: int
+    what: str
+
+    @property
+    def passes(self) -> bool:
+        return self.temp_bytes <= self.bound
+
+    def text(self) -> str:
+        verdict = "within" if self.passes else "OVER"
+        return (f"{self.name}{self.where}: temporary buffers {self.temp_bytes / MIB:.2f} MiB, "
+                f"{verdict} the grader's bound of {self.bound / MIB:.2f} MiB\n"
+                f"  ({self.what})\n"
+                f"  {MEASURED_NEED_STRUCTURE} (check({self.name!r}, fn) runs them)")
+
+    def __repr__(self) -> str:
+        return self.text()
+
+
+def memory_profile(problem, bar: dict, arg_names, fn) -> Optional[MemoryProfile]:
+    """``fn`` compiled at the grader's memory case (``bar``: the public table's memory entry),
+    its temporary bytes beside the bound; None where this JAX reports no memory figures.
+    Compile only: nothing runs."""
+    import jax
+    import numpy as np
+
+    from ..core.compiling import MEMORY_CPU_COMPILE, on_cpu
+    from ..core.meshes import make_mesh
+    from ..tpumodel.profile import case_args
+
+    x, y = bar["layout"]
+    mesh = make_mesh(x, y)
+    args = case_args(problem, mesh, size="memory")
+    f = functools.partial(fn, mesh=mesh) if problem.uses_mesh else fn
+    # compiled as the grader compiles its memory program (XLA's own passes as always, so the
+    # same temp bytes; on CPU, LLVM's optimisation lowered: a quicker compile)
+    stats = jax.jit(f, static_argnums=problem.static_argnums).lower(*args).compile(
+        on_cpu(MEMORY_CPU_COMPILE)).memory_analysis()
+    if stats is None:
+        return None
+    shapes = ", ".join(f"{k}{list(np.shape(a))}" for k, a in zip(arg_names, args))
+    where = f" on mesh {x}x{y}, per device," if problem.uses_mesh else ""
+    return MemoryProfile(problem.name, f"{where} with {shapes}", int(stats.temp_size_in_bytes),
+                         bar["bound"], bar["what"])
+
+
+def memory(problem, bar: dict, arg_names, fn) -> CheckResult:
+    """The grader's memory check, at home: the same figure against the same bound."""
+    try:
+        prof = memory_profile(problem, bar, arg_names, fn)
+    except Exception as e:  # noqa: BLE001 - the student's program: say what stopped it
+        return failed("memory", f"could not compile it at the grader's memory case: "
+                      f"{describe_error(e)}")
+    if prof is None:
+        return failed("memory", "this JAX reports no compiled memory figures, so the memory "
+                      "check cannot run here (the grader's JAX does): install a JAX of the "
+                      "course's range (requirements.txt)")
+    where = prof.where.strip(" ,").replace(", per device,", " (per device)")
+    if prof.passes:
+        return passed("memory", f"temporary buffers {prof.temp_bytes / MIB:.2f} MiB, within "
+                      f"the grader's bound of {prof.bound / MIB:.2f} MiB ({prof.what}), {where}")
+    return failed("memory", f"keep the temporary buffers within {prof.bound / MIB:.2f} MiB "
+                  f"({prof.what}); {where}, the compiled program needs "
+                  f"{prof.temp_bytes / MIB:.2f} MiB. memory_profile({problem.name!r}, fn) "
+                  "shows the figure; look for an intermediate larger than the bound")
+
+
+def trips_text(trips) -> str:
+    """How the model counted loops whose trip count the data decides (the grader's speed
+    message says the same)."""
+    return ("each loop whose length the data decides was modeled at the most iterations one "
+            f"entry of it ran on the speed case's input ({', '.join(str(t) for t in trips)})")
+
+
+#: a modeled ratio this close to the limit (as a share of it) is said to be close, where loops
+#: counted on this case's public values decide the time (the grader counts them on its own)
+CLOSE = 0.9
+
+
+def speed(problem, fn, *, chip: Optional[str] = None) -> CheckResult:
+    """The grader's speed check, at home: ``fn`` modeled at the grader's speed case (its mesh
+    and shapes, the values of seed 0) by :func:`~autograder.tpumodel.api.grading_modeler`,
+    the ratio to the jit baseline against the grader's limit. ``problem``: the registry's
+    problem or the self-check's public one (a baseline kept with the grader comes as figures)."""
+    import jax
+    import numpy as np
+
+    from ..core.compiling import SPEED_CPU_COMPILE, on_cpu, runner
+    from ..core.meshes import make_mesh
+    from ..core.optable import refusal
+    from ..course.reading import export_for_reading
+    from ..tpumodel.api import (
+        baseline_hlo,
+        compile_partitioned,
+        grading_modeler,
+        pinned_partitioned,
+        recorded,
+    )
+    from ..tpumodel.chips import get_chip
+    from ..tpumodel.loops import trip_counts
+    from ..tpumodel.profile import case_args
+
+    x, y = problem.speed_layout
+    chip_name = get_chip(chip).name
+    base = None
+    if problem.baseline is None:  # kept with the grader: its figures travel instead
+        kept = getattr(problem, "baseline_model", None)
+        if kept is None:
+            return failed("speed", "this self-check holds neither the jit baseline nor its "
+                          "modeled figures, so the speed check cannot run here: rebuild the "
+                          "folder from the course (or ask for one that ships them)")
+        if tuple(kept["layout"]) != (x, y):
+            return failed("speed", f"the jit baseline's figures were modeled on mesh "
+                          f"{kept['layout'][0]}x{kept['layout'][1]}, the grader's speed case "
+                          f"runs on {x}x{y}: this folder's figures are stale, so the speed "
+                          "check cannot run here; get the current release of the folder")
+        figures = kept["chips"].get(chip_name)
+        if figures is None:
+            return failed("speed", f"this folder holds the jit baseline's figures for TPU "
+                          f"{', '.join(sorted(kept['chips']))}, not {chip_name}, so the speed "
+                          "check cannot run here for that chip")
+        base = recorded(figures, chip_name, (x, y) if problem.uses_mesh else (1,))
+    mesh = make_mesh(x, y)
+    args = case_args(problem, mesh)
+    shapes = ", ".join(f"{list(np.shape(a))}" if hasattr(a, "shape") else repr(a) for a in args)
+    where = (f"the grader's speed case{f' on mesh {x}x{y}' if problem.uses_mesh else ''}, "
+             f"arguments {shapes}")
+    f = functools.partial(fn, mesh=mesh) if problem.uses_mesh else fn
+    try:
+        exported, dynamic = export_for_reading(f, args, problem.static_argnums)
+        got = refusal(exported.mlir_module(), (x, y) if problem.uses_mesh else None)
+        if got is not None:  # as the grader: never priced by a guess
+            return failed("speed", f"the TPU model cannot price this program ({where}): "
+                          f"{str(got).rstrip('.')}. Only programs made of what the course's "
+                          "programs contain are timed, so this check fails with the structure "
+                          "check")
+        # one compile, as the grader's speed program: the model's input and XLA's FLOP count
+        compiled, text = compile_partitioned(jax.jit(exported.call).lower(*dynamic),
+                                             on_cpu(SPEED_CPU_COMPILE))
+        base_text = None if base is not None else baseline_hlo(problem, mesh, args)
+
+        def pinned():  # loops the data steers: counted on this case's arrays, then fixed
+            trips = trip_counts(exported, dynamic, run=runner(SPEED_CPU_COMPILE))
+            return pinned_partitioned(exported, dynamic, trips), trips, 0
+
+        m = grading_modeler(problem, None, mesh, args, chip=chip_name, program=True,
+                            texts=(text, base_text), pinned=pinned, compiled=compiled,
+                            baseline=base)
+    except Exception as e:  # noqa: BLE001 - said, never passed
+        return failed("speed", f"could not model it at {where}: {describe_error(e)}")
+    if "unreadable" in m:
+        return failed("speed", f"the TPU model cannot price this program ({where}): "
+                      f"{m['unreadable']}. Speed is judged by the model alone, so this check "
+                      "fails; write the program with the shard_map, collectives and loops the "
+                      "exercise asks for")
+    ratio, limit = m["ratio"], m["threshold"]
+    figures = (f"modeled on TPU {m['chip']}: yours {m['student_us']:.1f} us, jit baseline "
+               f"{m['baseline_us']:.1f} us, ratio {ratio:.2f}")
+    extra = []
+    if m.get("trips"):
+        extra.append(trips_text(m["trips"]) + "; the grader counts them on its own values of "
+                     "these shapes")
+    bounds = (m.get("student") or {}).get("bounds")
+    if bounds:
+        extra.append("an upper bound, since the model cannot know which way the program goes "
+                     f"({'; '.join(bounds)})")
+    floor = m.get("flops") or {}
+    if floor.get("applied"):
+        extra.append(m["flops_clause"])
+    tail = "".join(f"; {e}" for e in extra)
+    if ratio <= limit:
+        close = (f" (close to it: the grader's own values may count the loops differently)"
+                 if m.get("trips") and ratio > CLOSE * limit else "")
+        return passed("speed", f"{figures}, within the grader's limit {limit:g}{close} "
+                      f"({where}{tail})")
+    return failed("speed", f"make it faster: the grader's limit on the modeled ratio is "
+                  f"{limit:g}, yours is {ratio:.2f} ({figures}; {where}{tail}). "
+                  f"tpu_profile({problem.name!r}, fn) shows what waits for what")
