@@ -134,3 +134,82 @@ def _added(written, ran_elsewhere=frozenset()):
 ])
 def test_compiled_collectives_are_claimed_by_what_was_written(written, ran_elsewhere, added):
     assert _added(written, ran_elsewhere) == added
+
+
+#: an exchange loop: an all-to-all over Y inside a while loop whose trip count the data decides
+LOOP_MODULE = '''HloModule m
+
+%cond (s: (s32[], f32[4,2])) -> pred[] {
+  %s = (s32[], f32[4,2]{1,0}) parameter(0)
+  %i = s32[] get-tuple-element(%s), index=0
+  %n = s32[] constant(0)
+  ROOT %lt = pred[] compare(%i, %n), direction=LT
+}
+
+%body (s: (s32[], f32[4,2])) -> (s32[], f32[4,2]) {
+  %s = (s32[], f32[4,2]{1,0}) parameter(0)
+  %i = s32[] get-tuple-element(%s), index=0
+  %x = f32[4,2]{1,0} get-tuple-element(%s), index=1
+  %a2a = f32[4,2]{1,0} all-to-all(%x), channel_id=1, replica_groups={{0,1,2,3},{4,5,6,7}}, \
+dimensions={0}
+  %one = s32[] constant(1)
+  %j = s32[] add(%i, %one)
+  ROOT %t = (s32[], f32[4,2]{1,0}) tuple(%j, %a2a)
+}
+
+ENTRY %main (p: f32[4,2]) -> f32[4,2] {
+  %p = f32[4,2]{1,0} parameter(0)
+  %z = s32[] constant(0)
+  %init = (s32[], f32[4,2]{1,0}) tuple(%z, %p)
+  %w = (s32[], f32[4,2]{1,0}) while(%init), condition=%cond, body=%body
+  ROOT %r = f32[4,2]{1,0} get-tuple-element(%w), index=1
+}
+'''
+
+
+def _looped(kind: str, nbytes: int, index: int, *, count, depth) -> Op:
+    return Op(prim=kind, kind=kind, axes=("Y",), in_shapes=((nbytes // 4,),), out_shapes=(),
+              in_bytes=nbytes, out_bytes=nbytes, count=count, loop_depth=depth,
+              in_shard_map=True, index=index)
+
+
+@pytest.mark.parametrize("written, added", [
+    # the exchange loop ran rounds: its all-to-all is the student's
+    ([_looped("all_to_all", 32, 0, count=2, depth=1)], []),
+    # it ran none on this input (nothing left to send after the first round, as the reference
+    # MoE exchange on some routings): the compiled one in the loop ran no more, still the
+    # student's (a reference answer once failed structure on such a secret case)
+    ([_looped("all_to_all", 32, 0, count=0, depth=1)], []),
+    # written in a branch never taken, outside any loop: stands for nothing
+    ([_looped("all_to_all", 32, 0, count=0, depth=0)], [("all_to_all", ("Y",), 32)]),
+])
+def test_a_loop_that_ran_no_round_keeps_its_collectives_the_students(written, added):
+    got = added_collectives(LOOP_MODULE, (2, 4), ("X", "Y"), written, frozenset())
+    assert [(o.kind, o.axes, o.in_bytes) for o in got] == added
+
+
+def test_an_exchange_split_per_peer_is_claimed_whole_before_pieces():
+    """Three all-to-alls written in one exchange round (ids 32 B, tokens 288 B, results
+    128 B) compile to three split per peer (8 operands each): each takes its own written
+    one whole, never pieces of another's (a greedy split once left the results' all-to-all
+    unclaimed: a reference answer failed structure on a secret case)."""
+    peers = ", ".join(["f32[1,1,9]{2,1,0}"] * 8)
+    small = ", ".join(["s32[1,1]{1,0}"] * 8)
+    res = ", ".join(["f32[1,1,4]{2,1,0}"] * 8)
+    groups = "replica_groups={{0,1,2,3,4,5,6,7}}, dimensions={0}"
+    text = f'''HloModule m
+
+ENTRY %main (a: s32[1,1], b: f32[1,1,9], c: f32[1,1,4]) -> f32[1,1,4] {{
+  %a = s32[1,1]{{1,0}} parameter(0)
+  %b = f32[1,1,9]{{2,1,0}} parameter(1)
+  %c = f32[1,1,4]{{2,1,0}} parameter(2)
+  %x = ({small}) all-to-all({", ".join(["%a"] * 8)}), channel_id=1, {groups}
+  %y = ({peers}) all-to-all({", ".join(["%b"] * 8)}), channel_id=2, {groups}
+  %z = ({res}) all-to-all({", ".join(["%c"] * 8)}), channel_id=3, {groups}
+  ROOT %r = f32[1,1,4]{{2,1,0}} get-tuple-element(%z), index=0
+}}
+'''
+    written = [Op(prim="all_to_all", kind="all_to_all", axes=("X",), in_shapes=((n,),),
+                  out_shapes=(), in_bytes=n, out_bytes=n, count=2, loop_depth=1,
+                  in_shard_map=True, index=i) for i, n in enumerate((288, 32, 128))]
+    assert added_collectives(text, (8, 1), ("X", "Y"), written, frozenset()) == []
