@@ -68,7 +68,8 @@ def test_a_failed_import_a_graded_function_needs_is_information(tmp_path):
                      "def shard_average_jit(A, mesh):\n    return block_rows(A, mesh)\n")
     notes = load(path, keep_names=GRADED).notes
     assert len(notes) == 1, notes
-    assert notes[0].startswith("cell 2 line 1: not loaded (ModuleNotFoundError")
+    assert notes[0].startswith(
+        'cell 2 line 1: not loaded (your code raised "ModuleNotFoundError')
     assert "No module named 'helpers'" in notes[0]
     assert notes[0].endswith("so block_rows is undefined for shard_average_jit")
     assert "selfcheck" not in notes[0] and "skipped" not in notes[0]

@@ -164,7 +164,8 @@ def test_check_names_set_up_the_grader_will_not_run(tmp_path, monkeypatch):
     ns = {"__name__": "__main__"}
     exec(cells[2], ns)  # typed in a notebook kernel
     notes = notebook_notes(ns["roll_diff"])
-    assert len(notes) == 1 and notes[0].startswith("mine.ipynb, cell 2 line 1: `jax.config"), notes
+    assert len(notes) == 1 and notes[0].startswith(
+        'mine.ipynb, cell 2 line 1: your statement "jax.config'), notes
     from autograder.core.loader import load
 
     assert notebook_notes(load(tmp_path / "mine.ipynb").function("roll_diff")) == []  # a file's

@@ -150,12 +150,15 @@ class UnknownStudent(ValueError):
     """``grade_all(force={...})`` named a student with no hand-in: said before any grading."""
 
 
-def discover(root: Path, limits=None) -> list[Item]:
+def discover(root: Path, limits=None, roster=None) -> list[Item]:
     """The submissions under ``root`` (nbgrader layout or a flat folder). A hand-in that is a
     link or not a regular file, one whose own folder is past a cap of ``limits`` (entries,
     depth, listing time; None: the defaults of :class:`~autograder.supervisor.options.Limits`),
     and two hand-ins that map to the same student and assignment, come back refused
-    (``Item.refused`` says why, naming the files): graded by nobody, and listed for a look."""
+    (``Item.refused`` says why, naming the files): graded by nobody, and listed for a look.
+    ``roster`` (:class:`~.roster.Roster`, from ``--roster``): a flat folder's file belongs to the
+    student whose LMS id the LMS wrote in its name, never to the name text a student chose;
+    a file the roster cannot place is refused alone, and keeps no one else from a grade."""
     from .seed import course_root
 
     root = Path(root)
@@ -168,11 +171,20 @@ def discover(root: Path, limits=None) -> list[Item]:
     flat = [p for p in sorted(root.iterdir())
             if p.suffix in SUFFIXES and not p.name.startswith(".")
             and (p.is_symlink() or p.is_file())]
+    unplaced: list[Item] = []
     for p in flat:
         a = _assignment_in(p.stem, known)
-        student = p.stem
-        if a:
-            student = re.sub(r"[_\-. ]+$|^[_\-. ]+", "", p.stem.replace(a, "")) or p.stem
+        if roster is not None:
+            from .roster import place
+
+            student, why = place(p.name, roster)
+            if student is None:  # refused alone: it takes part in no clash
+                unplaced.append(Item(p.stem, a, p, refused=why))
+                continue
+        else:
+            student = p.stem
+            if a:
+                student = re.sub(r"[_\-. ]+$|^[_\-. ]+", "", p.stem.replace(a, "")) or p.stem
         items.append(Item(student, a, p, refused=regular(p)))
     for sdir in sorted(d for d in root.iterdir() if not d.name.startswith(".")):
         if not sdir.is_dir():
@@ -204,7 +216,7 @@ def discover(root: Path, limits=None) -> list[Item]:
                 refused, no_notebook = _not_the_release(sdir.name, adir, nb, course)
             items.append(Item(sdir.name, a, nb, own_folder=True, refused=refused,
                               no_notebook=no_notebook))
-    return _refuse_clashes(items)
+    return _refuse_clashes(items, roster) + unplaced
 
 
 def _not_the_release(student: str, folder: Path, picked: Path,
@@ -231,9 +243,11 @@ def _not_the_release(student: str, folder: Path, picked: Path,
             f"grade the file alone with `python -m autograder grade {picked.name}`"), no_notebook
 
 
-def _refuse_clashes(items: list[Item]) -> list[Item]:
+def _refuse_clashes(items: list[Item], roster=None) -> list[Item]:
     """Two hand-ins that would be one student's report for one assignment (the same names, or
-    names that are the same once made safe for a file name) are both refused, naming both."""
+    names that are the same once made safe for a file name) are both refused, naming both.
+    With a ``roster`` a flat folder's files were placed by the LMS's id, so a clash there is
+    one student's own two files; without one, the message says how a roster settles it."""
     groups: dict[tuple, list[Item]] = {}
     for it in items:
         groups.setdefault((_slug(it.student), _slug(it.assignment or it.path.stem)), []).append(it)
@@ -242,9 +256,15 @@ def _refuse_clashes(items: list[Item]) -> list[Item]:
         same = groups[(_slug(it.student), _slug(it.assignment or it.path.stem))]
         if len(same) > 1:
             names = ", ".join(str(o.path) for o in same)
-            it = dataclasses.replace(it, refused=f"two hand-ins map to student {it.student!r}, "
-                                     f"{it.assignment or it.path.stem}: {names}; rename or "
-                                     "remove one")
+            what = f"{it.student!r}, {it.assignment or it.path.stem}: {names}"
+            if roster is not None:
+                why = (f"two hand-ins of student {what} (placed by the LMS's id in the roster "
+                       f"{roster.path.name}: that student's own): remove one and grade again")
+            else:
+                why = (f"two hand-ins map to student {what}; rename or remove one, or settle "
+                       "it by the LMS's ids: grade-all --roster ROSTER.csv (the LMS's id and "
+                       "name of each student; docs/instructor.md)")
+            it = dataclasses.replace(it, refused=why)
         out.append(it)
     return out
 
@@ -508,7 +528,7 @@ def grade_all(root: Path, *, workers: int = 1, out: Optional[Path] = None,
               reports: Optional[Path] = None, force: bool | frozenset = False, opts=None,
               progress: bool = True, warm: bool = True,
               scheduler: Optional[str] = None, security=None,
-              insecure_scheduler: bool = False) -> list[Outcome]:
+              insecure_scheduler: bool = False, roster=None) -> list[Outcome]:
     """Grade every submission under ``root``: here, ``workers`` at a time, or, given a Dask
     ``scheduler`` address, as tasks on that cluster (:mod:`autograder.classroom.cluster`; ``workers``
     is then unused; ``security``: the course's client credentials for its ``tls://`` address,
@@ -516,13 +536,15 @@ def grade_all(root: Path, *, workers: int = 1, out: Optional[Path] = None,
     cluster's ``.security``; ``insecure_scheduler``: a plain address, on a private machine
     only). Either way this process alone writes the reports and the CSV.
     ``force``: True grades every hand-in again; a set of student names grades theirs again
-    (the others' verified reports are reused, so the CSV still lists the whole class)."""
+    (the others' verified reports are reused, so the CSV still lists the whole class).
+    ``roster``: the instructor's roster (:func:`.roster.read`), which places a flat folder's
+    files by the LMS's id (:func:`discover`)."""
     from ..supervisor.options import Options
     from ..supervisor.supervise import JUDGES, warm_cache
 
     opts = opts or Options()
     root = Path(root)
-    items = discover(root, opts.limits)
+    items = discover(root, opts.limits, roster)
     JUDGES.reserve(workers)  # a warm trusted grader for each submission graded at once
     if isinstance(force, (set, frozenset)):
         unknown = sorted(force - {it.student for it in items})

@@ -44,6 +44,12 @@ def add_parser(sub) -> None:
                    help="allow a plain tcp:// scheduler without credentials: ONLY for a "
                    "cluster on one private machine no one else can reach (anyone who reaches "
                    "the scheduler runs code on the workers and reads the seed and hand-ins)")
+    g.add_argument("--roster", metavar="CSV",
+                   help="a flat folder exported by an LMS: the LMS's roster (a CSV with a "
+                   "header, one column of LMS ids like id or user_id, one of names like "
+                   "student or name); each file then belongs to the student whose id the LMS "
+                   "wrote in its name (Canvas: name_12345_67890_file.ipynb), not to the name "
+                   "text a student chose; files it cannot place are refused alone")
     g.add_argument("--gradebook", metavar="DB",
                    help="also write the grades into nbgrader's gradebook (an SQLAlchemy URL "
                    "such as sqlite:///gradebook.db, or an sqlite file), per graded cell, for "
@@ -79,6 +85,20 @@ def _cmd(a) -> int:
     if not root.is_dir():
         print(f"no such folder: {root}", file=sys.stderr)
         return 2
+    roster = None
+    if a.roster:  # checked before anything is graded
+        from ..classroom.roster import RosterError, read
+        from ..classroom.seed import course_root
+
+        if course_root(root) is not None or (root / "submitted").is_dir():
+            print(f"--roster places the files of a flat folder; {root} is an nbgrader course "
+                  "folder, whose students are its folders' names: leave --roster out",
+                  file=sys.stderr)
+            return 2
+        try:
+            roster = read(Path(a.roster))
+        except RosterError as e:
+            return refuse(e)
     opts = Options(quick=a.quick, seed=a.seed, with_speed=not a.no_speed, limits=limits_of(a),
                    isolation=not a.no_isolation)
     if a.cache_dir:
@@ -113,7 +133,8 @@ def _cmd(a) -> int:
                              reports=Path(a.reports) if a.reports else None,
                              force=True if a.force else frozenset(a.student or ()) or False,
                              opts=opts, progress=not a.no_progress, scheduler=a.scheduler,
-                             security=security, insecure_scheduler=a.insecure_scheduler)
+                             security=security, insecure_scheduler=a.insecure_scheduler,
+                             roster=roster)
     except UnknownStudent as e:  # said before anything is graded
         return refuse(e)
     except (OSError, TimeoutError, CredentialsError) as e:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Protocol
 
 from ..core.errors import CALLBACK_HINT
+from ..core.results import your_code_raised
 from ..core.records import (
     ExportReply,
     ExportRequest,
@@ -56,8 +57,9 @@ def load_artifact(reply: Optional[ExportReply], request: ExportRequest) -> Artif
 
     if reply is None:
         raise ArtifactError("no program came back for this case")
-    if reply.error is not None:
-        raise ArtifactError(reply.error)
+    if reply.error is not None:  # the worker's words, after it ran the hand-in's code
+        raise ArtifactError(reply.error if reply.error == CALLBACK_HINT
+                            else your_code_raised(reply.error))
     try:
         exp = jax.export.deserialize(bytearray(reply.payload()))
     except Exception as e:  # noqa: BLE001

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..core.clock import CpuReading, Deadline, ShareClock
+from ..core.results import quoted
 from ..core.records import (
     ExportReply,
     ExportRequest,
@@ -39,6 +40,13 @@ IDLE_SHARE = 0.05
 #: deadlines missed in a row by idle workers (the first one's, then the fresh one's) after which
 #: the submission's exports left fail at once: a worker that answers nothing costs two limits
 SILENT_MISSES = 2
+
+
+def sandbox_note(note: str) -> str:
+    """A note the worker sent (the loader's, about statements of the hand-in): the worker ran
+    the hand-in's code before it sent it, so the report shows it as the sandbox's, quoted, never
+    as the grader's own words."""
+    return f"while loading, your code's sandbox reported {quoted(note, 600)}"
 
 
 class WorkerStopped(Exception):
@@ -313,7 +321,8 @@ class SandboxExporter:
                         where = rec
                         continue
                     self.defined = list(rec.defined)
-                    self.notes += list(rec.notes)
+                    # the worker ran the hand-in's code before it said these: its words
+                    self.notes += [sandbox_note(n) for n in rec.notes]
                     return
             except WorkerStopped as e:
                 self.box.kill()
@@ -326,7 +335,8 @@ class SandboxExporter:
                     return
                 self.skip.append(where.stmt)
                 why = "it ran too long" if e.phase[0] == "timeout" else e.why
-                self.notes.append(f"{where.where}: skipped, {why} while this statement was "
+                self.notes.append(f"the statement your code's sandbox named "
+                                  f"{quoted(where.where, 80)} was skipped: {why} while it was "
                                   "being loaded")
 
     # -- programs --------------------------------------------------------------------------
