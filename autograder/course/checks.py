@@ -237,7 +237,7 @@ def refused_speed(refusal: str, *, modeled: bool) -> CheckResult:
 def speed(problem: Problem, t: Timing) -> CheckResult:
     limit = None
     if t.rounds:
-        figures = (f"{t.student_us:.0f} us vs jit baseline {t.baseline_us:.0f} us (ratio "
+        figures = (f"yours {t.student_us:.0f} us vs jit baseline {t.baseline_us:.0f} us (ratio "
                    f"{t.ratio:.2f}, median of {t.rounds} interleaved rounds on {t.platform})")
     else:  # the model decides: wall-clock on emulated devices would say nothing more
         figures = f"wall-clock on {t.platform} not measured (the TPU model decides here)"
@@ -247,8 +247,9 @@ def speed(problem: Problem, t: Timing) -> CheckResult:
     counted = bool(t.modeled and (t.modeled.get("trips") or t.modeled.get("branches")))
     if t.modeled:
         m = t.modeled
-        figures += (f"; modeled on TPU {m.get('chip', '?')}: {m['student_us']:.1f} us vs "
-                    f"{m['baseline_us']:.1f} us (ratio {m['ratio']:.2f})" if not counted else
+        figures += (f"; modeled on TPU {m.get('chip', '?')}: yours {m['student_us']:.1f} us vs "
+                    f"jit baseline {m['baseline_us']:.1f} us (ratio {m['ratio']:.2f})"
+                    if not counted else
                     f"; modeled on TPU {m.get('chip', '?')}: the jit baseline "
                     f"{m['baseline_us']:.1f} us (ratio {m['ratio']:.1f}), your time and the ratio's further digits "
                     f"not quoted, as they follow the secret case's loop and branch counts")
