@@ -33,6 +33,7 @@ from pathlib import Path
 
 from .clock import CLOCK
 from .errors import GradingTimeout, describe_error, time_limit
+from .results import quoted, your_code_raised
 
 #: a cell magic that makes its cell something other than Python (``%%bash``, ``%%writefile``,
 #: ``%%html``, ...): the whole cell is skipped. The cell magics that run their cell as Python
@@ -234,7 +235,8 @@ def _kept_statements(chunks, notes, keep_names=frozenset(),
             tree = _parse(code)
         except SyntaxError as e:
             at = f" at line {e.lineno}" if e.lineno else ""
-            notes.append(f"{label}: SyntaxError{at}: {e.msg}; its definitions were not loaded")
+            notes.append(f"{label}: SyntaxError{at}: {quoted(e.msg, 200)}; its definitions "
+                         "were not loaded")
             continue
         for node in tree.body:
             order.append((label, node))
@@ -352,11 +354,10 @@ class _Relevance:
         if not effects:
             return None
         text = ast.unparse(node).splitlines()[0]
-        if len(text) > _SHOWN:
-            text = text[:_SHOWN - 3] + "..."
         shown = [e for e in effects if not text.startswith(e.split("(")[0].split(" = ")[0])]
         how = f" (it runs {_listing(shown)})" if shown else ""
-        return (f"{where}: `{text}` is not run at grading time{how}: the grader runs only "
+        return (f"{where}: your statement {quoted(text, _SHOWN)} is not run at grading "
+                f"time{how}: the grader runs only "
                 "your imports, definitions and the assignments they read, so what it sets up "
                 "is missing when your functions are graded (your notebook ran it, so your own "
                 "runs do not show this). Put the set-up a graded function needs inside that "
@@ -372,7 +373,7 @@ class _Relevance:
             return None
         wanted = set().union(*(self.needs[u] for u in users))
         missing = sorted(names if "*" in names else names & wanted)
-        why = describe_error(error, limit=300).replace("\n", " ")
+        why = your_code_raised(describe_error(error, limit=300), 300)
         head = f"{where}: not loaded ({why}), so {_listing(missing)}"
         if set(users) <= names:
             return f"{head} could not be graded"

@@ -311,7 +311,7 @@ def check_names(name: str) -> list[str]:
 
 def run_checks(name: str, fn, *, layouts=LAYOUTS, cases: int = 2, seed: int | None = None,
                time_limit: float = TIME_LIMIT_S, big: bool = True,
-               raise_errors: bool = False) -> list[CheckResult]:
+               raise_errors: bool = False, edges: bool = True) -> list[CheckResult]:
     """Every check the grader runs on ``fn`` (the graded function ``name``), as the grader runs
     it, one :class:`~autograder.core.results.CheckResult` each (:func:`check_names`):
 
@@ -325,7 +325,9 @@ def run_checks(name: str, fn, *, layouts=LAYOUTS, cases: int = 2, seed: int | No
     As in the grader, structure, memory and speed need the numerics to pass first, and a
     function that raised earns nothing else. ``raise_errors``: let an error of the function
     itself propagate (the notebook shows its traceback) instead of failing numerics with it.
-    Each case may take ``time_limit`` seconds (an endless loop fails numerics, saying so)."""
+    Each case may take ``time_limit`` seconds (an endless loop fails numerics, saying so).
+    ``edges`` False: the randomized cases alone (the edge cases test values; the structure is
+    read on each mesh's first randomized case)."""
     import secrets
 
     import jax
@@ -340,6 +342,7 @@ def run_checks(name: str, fn, *, layouts=LAYOUTS, cases: int = 2, seed: int | No
     in_specs = [None if s is None else PartitionSpec(*s) for s in spec["in_specs"]]
     out_spec = PartitionSpec(*spec["out_spec"])
     static = tuple(i for i, s in enumerate(in_specs) if s is None)
+    with_edges = edges
     edges = _function(spec["edges"]) if spec.get("edges") else None
     rules = [decode_rule(r) for r in spec.get("rules", ())]
     names = check_names(name)
@@ -354,7 +357,7 @@ def run_checks(name: str, fn, *, layouts=LAYOUTS, cases: int = 2, seed: int | No
         mesh = make_mesh(x, y)
         rng = np.random.default_rng([x, y, seed])
         runs = [(tuple(make_case(rng, x, y, "small")), "") for _ in range(cases)]
-        if edges is not None and (x, y) == tuple(layouts[0]):  # edge cases: on the first mesh
+        if with_edges and edges is not None and (x, y) == tuple(layouts[0]):  # the first mesh
             runs += [(tuple(getattr(c, "args", c)), " (edge case)") for c in edges(rng, x, y)]
         for args, label in runs:
             want = np.asarray(reference(args, x, y))
@@ -452,7 +455,8 @@ def run_checks(name: str, fn, *, layouts=LAYOUTS, cases: int = 2, seed: int | No
 
 
 def check(name: str, fn, *, layouts=LAYOUTS, cases: int = 2, verbose: bool = True,
-          seed: int | None = None, time_limit: float = TIME_LIMIT_S, big: bool = True) -> None:
+          seed: int | None = None, time_limit: float = TIME_LIMIT_S, big: bool = True,
+          edges: bool = True) -> None:
     """Run every check the grader runs on ``fn`` (:func:`run_checks`) and say each in one line;
     raise :class:`CheckFailed` (an AssertionError) with what failed, unless all pass.
 
@@ -469,7 +473,7 @@ def check(name: str, fn, *, layouts=LAYOUTS, cases: int = 2, verbose: bool = Tru
         print(f"{name}: the self-check steps aside while nbgrader runs the notebook; the "
               "grader's report below says what passed")
         return None
-    results = run_checks(name, fn, layouts=layouts, cases=cases, seed=seed,
+    results = run_checks(name, fn, layouts=layouts, cases=cases, seed=seed, edges=edges,
                          time_limit=time_limit, big=big, raise_errors=True)
     bad = [r for r in results if not r.passed]
     if verbose:

@@ -71,6 +71,43 @@ def skipped(name: str, why: str) -> CheckResult:
     return CheckResult(name, False, f"not checked: {why}", skipped=True)
 
 
+#: the longest text of a hand-in's that :func:`quoted` shows
+MAX_QUOTED = 800
+
+
+def quoted(text: object, limit: int = MAX_QUOTED) -> str:
+    """Text a hand-in supplied (what its code raised or printed, what its sandbox reported) as
+    a report shows it: in double quotes, on one line, with quotes, backslashes, newlines and
+    every other unprintable character escaped (so no line of it can stand alone and read as the
+    grader's), cut to ``limit`` characters with the cut said outside the quotes. Every message
+    that carries such text says whose it is before the quote (``your code raised "..."``)."""
+    out = []
+    for ch in str(text):
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\t":
+            out.append("\\t")
+        elif not ch.isprintable():
+            out.append(f"\\u{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08x}")
+        else:
+            out.append(ch)
+    kept, n = [], 0
+    for piece in out:  # whole escapes only
+        if n + len(piece) > limit:
+            return f'"{"".join(kept)}" (cut: {len(out) - len(kept)} more characters)'
+        kept.append(piece)
+        n += len(piece)
+    return f'"{"".join(kept)}"'
+
+
+def your_code_raised(error: object, limit: int = MAX_QUOTED) -> str:
+    """An error text that came from student code (or from the sandbox it ran in), attributed
+    and :func:`quoted`."""
+    return f"your code raised {quoted(error, limit)}"
+
+
 #: how a report marks a verdict reused from an identical program
 REUSED_NOTE = ("  (its programs are identical to ones already graded in this run, on the same "
                "inputs: that verdict is reused)")
@@ -201,4 +238,4 @@ def credited(check: CheckResult, structure: CheckResult) -> CheckResult:
 
 __all__ = ["MEASURED", "MEASURED_NEED_STRUCTURE", "CheckResult", "FunctionResult", "credited",
            "SubmissionResult", "passed", "failed", "skipped",
-           "asdict", "shown"]
+           "asdict", "quoted", "shown", "your_code_raised"]

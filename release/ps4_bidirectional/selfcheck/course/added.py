@@ -23,8 +23,10 @@ claim). A compiled collective that cannot claim all of its bytes is the compiler
 data the written program does not (a gather at the boundary, a reshard in global-view code,
 whatever a primitive's lowering asks GSPMD for). A written collective that never ran (count 0:
 a branch never taken, which XLA may fold away) and one outside every manual region (GSPMD
-rewrites those) stand for nothing: where provenance cannot be shown, the collective is XLA's,
-which the rules weigh (the worst case for the student).
+rewrites those) stand for nothing, except that one inside a loop that ran no iteration on the
+input (an exchange loop the data ends at once) stands for a compiled collective inside a loop,
+which ran no more: where provenance cannot be shown, the collective is XLA's, which the rules
+weigh (the worst case for the student).
 
 This module returns the compiler's as :class:`~autograder.core.program.Op` (per device, kind,
 mesh axes, bytes; ``count`` 1, or None inside a loop, whose trip count is not read here) for
@@ -96,16 +98,22 @@ def _placed(axes: Iterable[str], names: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def written_pool(written: Iterable[Op], axis_names: tuple[str, ...],
-                 ran_elsewhere: frozenset = frozenset()) -> dict[tuple, list[int]]:
+                 ran_elsewhere: frozenset = frozenset(), *, idle: bool = False
+                 ) -> dict[tuple, list[int]]:
     """``(HLO opcode, mesh axes) -> [bytes of each written collective]``: what the compiled
     module's collectives may claim (see the module doc): the collectives of the written
     program inside a shard_map's manual region that ran (count not 0 here or on other devices,
-    ``ran_elsewhere``: their indices; an unknown count counts)."""
+    ``ran_elsewhere``: their indices; an unknown count counts). ``idle``: instead, those inside
+    a loop that ran no iteration on any device (a loop whose trip count the data decides may
+    run none on one input): they stand for compiled collectives inside loops only, which then
+    ran no more than they did."""
     pool: dict[tuple, list[int]] = {}
     for o in written:
         opcode = OPCODES.get(o.kind or "")
-        if opcode is None or not o.in_shard_map or (o.count == 0
-                                                     and o.index not in ran_elsewhere):
+        if opcode is None or not o.in_shard_map:
+            continue
+        never = o.count == 0 and o.index not in ran_elsewhere
+        if never != idle or (idle and not o.loop_depth):
             continue
         pool.setdefault((opcode, _placed(o.axes, axis_names)), []).append(int(o.in_bytes))
     return pool
@@ -124,6 +132,19 @@ def _claim(pool: dict[tuple, list[int]], key: tuple, operands: list[int], exact:
         left[i] -= need
     pool[key] = left
     return True
+
+
+def _claim_whole(pool: dict[tuple, list[int]], key: tuple, operands: list[int]) -> bool:
+    """Take all of ``operands``' bytes from one written collective under ``key`` that has
+    exactly that many unclaimed: one written collective XLA split into pieces (an all-to-all
+    into one operand per peer), claimed before any piece may be taken from another."""
+    left = pool.get(key, [])
+    total = sum(operands)
+    for i, b in enumerate(left):
+        if b == total:
+            left[i] = 0
+            return True
+    return False
 
 
 def added_by_xla(prog: Program, mesh) -> list[Op]:
@@ -168,10 +189,17 @@ def added_collectives(text: str, mesh_shape: tuple[int, ...], axis_names: tuple[
                 continue  # among one device: nothing moves
             met.append((ins, comp, opcode, axes,
                         [s for o in ins.operands for s in _shapes(types.get(o))]))
-    # those the written program sent as they are first, then those XLA merged or split
+    # those the written program sent as they are first, then those XLA split into pieces (all
+    # of one written collective), then those it merged or split otherwise
+    met = [m for m in met if not _claim(pool, (m[2], m[3]), [s.nbytes for s in m[4]], True)]
+    met = [m for m in met if not _claim_whole(pool, (m[2], m[3]), [s.nbytes for s in m[4]])]
+    met = [m for m in met if not _claim(pool, (m[2], m[3]), [s.nbytes for s in m[4]], False)]
+    # a collective inside a loop that ran no iteration on this input (an exchange loop with
+    # nothing left to send) compiles to one inside a loop: it stands for that one alone
+    idle = written_pool(written, names, ran_elsewhere, idle=True)
     for exact in (True, False):
-        met = [m for m in met if not _claim(pool, (m[2], m[3]), [s.nbytes for s in m[4]],
-                                            exact)]
+        met = [m for m in met if not (loops.get(m[1].name) and _claim(
+            idle, (m[2], m[3]), [s.nbytes for s in m[4]], exact))]
     found: list[Op] = []
     for ins, comp, opcode, axes, ins_shapes in met:
         outs = _shapes(ins.type)
