@@ -67,8 +67,10 @@ def test_a_ring_sent_through_a_primitive_named_shift_is_the_students():
 
 def test_a_gather_asked_for_by_a_primitive_named_ppermute_is_xlas():
     results, text = _structure("named_ppermute_gather")
+    # the attack's premise: an all-gather the student never wrote (on JAX 0.10, GSPMD names it
+    # after the student's primitive, ".../ppermute"; Shardy on newer JAX after the argument)
     names = _op_names(text, "all-gather")
-    assert names and all(n.endswith("/ppermute") for n in names), names  # the attack's premise
+    assert names, text
     failed = [r for r in results if not r.passed]
     assert failed and "XLA adds 1 collective(s)" in failed[0].message, failed
     assert "all-gather added by XLA" in failed[0].message
