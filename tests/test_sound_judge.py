@@ -139,7 +139,11 @@ def test_xla_flushes_subnormals_numpy_keeps_them():
 # ------------------------------------------------------------------ structure: measured, on bytes
 @pytest.mark.parametrize("fixture, function, says", [
     ("float_counter_loop", "matmul_allgather", "all_gather"),
-    ("decoy_loop", "matmul_allgather", "split the matmul into partial matmuls"),
+    # its decoy ppermute never runs: it covers the compiled one in its loop (JAX 0.10), or
+    # none where the compiled module keeps it outside any loop (JAX 0.12): either way the
+    # one matmul after the ring fails structure
+    ("decoy_loop", "matmul_allgather",
+     ("split the matmul into partial matmuls", "XLA adds 1 collective(s)")),
     ("composite_gather", "matmul_allgather", "found an all_gather"),
     ("psum_broadcast", "moe_all_to_all", "other than all_to_all deliver"),
     ("psum_broadcast", "moe_topk", "other than all_to_all deliver"),
@@ -155,7 +159,8 @@ def test_crafted_program_fails_structure(fixture, function, says):
     res = grade("attacks", fixture, function, quick=True)
     assert check_of(res, "numerics").passed, res.report()
     st = check_of(res, "structure")
-    assert not st.passed and says in st.message, st.message
+    says = (says,) if isinstance(says, str) else says
+    assert not st.passed and any(w in st.message for w in says), st.message
 
 
 def test_the_measured_program_keeps_the_rules_the_numerics_kept():
