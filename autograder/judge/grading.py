@@ -537,9 +537,9 @@ class Programs:
 
     def _geometry(self, mesh) -> tuple[tuple, tuple]:
         """(mesh shape, axis names) as the counts are read: one device without a mesh."""
-        if not self.plan.problem.uses_mesh or mesh is None:
-            return (1,), ("X",)
-        return tuple(int(n) for n in mesh.devices.shape), tuple(str(a) for a in mesh.axis_names)
+        from ..tpumodel.api import _mesh_geometry
+
+        return _mesh_geometry(mesh if self.plan.problem.uses_mesh else None)
 
     def pinned_speed_program(self, layout, case: Case, mesh, args) -> tuple[str, tuple, int]:
         """``(partitioned text, trip counts, conditionals pinned)`` of the speed case's program

@@ -342,8 +342,7 @@ def run_checks(name: str, fn, *, layouts=LAYOUTS, cases: int = 2, seed: int | No
     in_specs = [None if s is None else PartitionSpec(*s) for s in spec["in_specs"]]
     out_spec = PartitionSpec(*spec["out_spec"])
     static = tuple(i for i, s in enumerate(in_specs) if s is None)
-    with_edges = edges
-    edges = _function(spec["edges"]) if spec.get("edges") else None
+    make_edges = _function(spec["edges"]) if spec.get("edges") else None
     rules = [decode_rule(r) for r in spec.get("rules", ())]
     names = check_names(name)
     found: dict[str, str] = {}  # check -> the first thing wrong with it
@@ -357,8 +356,9 @@ def run_checks(name: str, fn, *, layouts=LAYOUTS, cases: int = 2, seed: int | No
         mesh = make_mesh(x, y)
         rng = np.random.default_rng([x, y, seed])
         runs = [(tuple(make_case(rng, x, y, "small")), "") for _ in range(cases)]
-        if with_edges and edges is not None and (x, y) == tuple(layouts[0]):  # the first mesh
-            runs += [(tuple(getattr(c, "args", c)), " (edge case)") for c in edges(rng, x, y)]
+        if edges and make_edges is not None and (x, y) == tuple(layouts[0]):  # the first mesh
+            runs += [(tuple(getattr(c, "args", c)), " (edge case)")
+                     for c in make_edges(rng, x, y)]
         for args, label in runs:
             want = np.asarray(reference(args, x, y))
             placed = []
