@@ -2,6 +2,7 @@
 gradings several tests read (each done once per process: :func:`graded`)."""
 import functools
 import os
+import resource
 import tempfile
 from pathlib import Path
 
@@ -44,6 +45,32 @@ def pytest_collection_modifyitems(config, items):
         return (2, 0) if group is None else (int(group.startswith("submission:")), -size[group])
 
     items.sort(key=order)
+
+
+_CPU_START = pytest.StashKey[float]()
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process (its threads included) and of its finished children."""
+    return sum(u.ru_utime + u.ru_stime for u in (resource.getrusage(resource.RUSAGE_SELF),
+                                                 resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+    item.stash[_CPU_START] = _cpu_s()
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """Each test's CPU seconds (set-up, call and tear-down; the processes it waited for
+    included) as the ``cpu`` property of its report, before the tear-down's report copies
+    them: tools/run_suite.py's durations file says what each test costs the machine, not
+    only how long it waited beside the others."""
+    yield
+    if _CPU_START in item.stash:
+        item.user_properties.append(("cpu", round(_cpu_s() - item.stash[_CPU_START], 2)))
 
 
 def _group(item) -> str | None:

@@ -49,8 +49,10 @@ def _phase(select: str, parallel: bool, workers: int, extra: list[str], xml: Pat
     return (0 if rc == NO_TESTS else rc), time.monotonic() - t0
 
 
-def _cases(xml: Path) -> list[tuple[float, str, str]]:
-    """(seconds, test, outcome) of every test a phase ran; outcome: passed, failed, skipped."""
+def _cases(xml: Path) -> list[tuple[float, str, str, float]]:
+    """(seconds, test, outcome, CPU seconds) of every test a phase ran; outcome: passed,
+    failed, skipped; CPU: the ``cpu`` property tests/conftest.py records (the worker's and
+    the processes it waited for; 0 where missing)."""
     if not xml.exists():
         return []
     out = []
@@ -59,7 +61,9 @@ def _cases(xml: Path) -> list[tuple[float, str, str]]:
         tags = {child.tag for child in case}
         outcome = ("failed" if tags & {"failure", "error"} else
                    "skipped" if "skipped" in tags else "passed")
-        out.append((float(case.get("time") or 0.0), name, outcome))
+        cpu = next((float(p.get("value") or 0.0) for p in case.iter("property")
+                    if p.get("name") == "cpu"), 0.0)
+        out.append((float(case.get("time") or 0.0), name, outcome, cpu))
     return out
 
 
@@ -73,7 +77,8 @@ def main(argv=None) -> int:
                          "2 cores keeps both busy)")
     ap.add_argument("--slowest", type=int, default=25)
     ap.add_argument("--durations-file", type=Path, default=None,
-                    help="also write every test's seconds, outcome and phase there (TSV)")
+                    help="also write every test's seconds, outcome, phase, name and CPU "
+                         "seconds there (TSV)")
     ap.add_argument("pytest_args", nargs="*", help="passed to pytest (after --)")
     a = ap.parse_args(argv)
     base = f"({a.select}) and " if a.select else ""
@@ -92,18 +97,20 @@ def main(argv=None) -> int:
     every = sorted((c for *_, cs in results for c in cs), reverse=True)
     if a.durations_file is not None:
         a.durations_file.write_text("".join(
-            f"{secs:.2f}\t{outcome}\t{name}\t{test}\n"
-            for name, *_, cs in results for secs, test, outcome in sorted(cs, reverse=True)))
+            f"{secs:.2f}\t{outcome}\t{name}\t{test}\t{cpu:.2f}\n"
+            for name, *_, cs in results for secs, test, outcome, cpu in sorted(cs, reverse=True)))
     print(f"\n== the {a.slowest} slowest tests (seconds, both phases)")
-    for secs, name, _ in every[:a.slowest]:
+    for secs, name, *_ in every[:a.slowest]:
         print(f"{secs:8.1f}  {name}")
     files: dict = {}
-    for secs, name, _ in every:
-        files[name.split("::")[0]] = files.get(name.split("::")[0], 0.0) + secs
-    print(f"== the files that cost most (seconds of test time, both phases; "
-          f"{sum(files.values()) / 60:.1f} min in all)")
-    for path, secs in sorted(files.items(), key=lambda kv: -kv[1])[:12]:
-        print(f"{secs:8.1f}  {path}")
+    for secs, name, _, cpu in every:
+        was = files.get(name.split("::")[0], (0.0, 0.0))
+        files[name.split("::")[0]] = (was[0] + secs, was[1] + cpu)
+    print(f"== the files that cost most (seconds of test time and of CPU, both phases; "
+          f"{sum(t for t, _ in files.values()) / 60:.1f} and "
+          f"{sum(c for _, c in files.values()) / 60:.1f} min in all)")
+    for path, (secs, cpu) in sorted(files.items(), key=lambda kv: -kv[1][1])[:12]:
+        print(f"{secs:8.1f} {cpu:8.1f}  {path}")
     for name, rc, took, cpu, cs in results:
         # CPU over wall: how many cores the phase kept busy (the machine's processes that
         # ended, the graders' sandboxes included)
@@ -111,7 +118,7 @@ def main(argv=None) -> int:
               f"of CPU ({cpu / max(took, 1e-9):.1f} cores busy) "
               f"({'passed' if rc == 0 else f'FAILED, exit {rc}'})")
     print(f"== the suite took {total / 60:.1f} min")
-    count = {k: sum(1 for *_, o in every if o == k) for k in ("passed", "failed", "skipped")}
+    count = {k: sum(1 for _, _, o, _ in every if o == k) for k in ("passed", "failed", "skipped")}
     print(f"suite: {count['passed']} passed, {count['failed']} failed, {count['skipped']} skipped")
     return next((rc for _, rc, *_ in results if rc != 0), 0)
 
