@@ -85,6 +85,9 @@ NATURAL = {
     "softmax, gelu, relu": lambda a: jax.nn.softmax(a) + jax.nn.gelu(a) + jax.nn.relu(a),
     "precision": lambda a: jnp.matmul(a, a.T, precision="highest") @ a
     + jnp.matmul(a, a.T, precision="high") @ a,
+    # HIGH's and HIGHEST's algorithms on a TPU, priced at their 3 and 6 MXU passes
+    "dot algorithms": lambda a: jnp.matmul(a, a.T, precision="BF16_BF16_F32_X3") @ a
+    + jnp.matmul(a, a.T, precision=jax.lax.DotAlgorithmPreset.BF16_BF16_F32_X6) @ a,
     "cond, fori_loop, scan": lambda a: jax.lax.cond(a.sum() > 0, lambda b: b * 2, lambda b: -b, a)
     + jax.lax.fori_loop(0, 3, lambda i, b: b + i, a)
     + jax.lax.scan(lambda c, r: (c, r * c), a[0], a)[1],
@@ -197,6 +200,10 @@ PROGRAMS = {
     "bf16 dot": (lambda a: jnp.dot(  # bf16 dot here
         a.astype(jnp.bfloat16), a.T.astype(jnp.bfloat16), preferred_element_type=jnp.float32) @ a,
                  "stablehlo.dot_general on bf16, bf16 -> f32", "# bf16 dot here"),
+    # a dot algorithm the model has no passes for (one bf16 pass, as the default is on a TPU)
+    "dot algorithm": (lambda a: jnp.dot(  # algorithm here
+        a, a.T, precision="BF16_BF16_F32") @ a,
+        "stablehlo.dot_general with algorithm = BF16_BF16_F32", "# algorithm here"),
     # TOTALORDER outside a sort: -0.0 < +0.0 is true there; jnp.searchsorted on floats writes it
     "TOTALORDER": (lambda a: a + jnp.searchsorted(a[0], a[1, 0]),  # totalorder here
                    "stablehlo.compare with compare_type = TOTALORDER", "# totalorder here"),

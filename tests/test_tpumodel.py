@@ -441,6 +441,71 @@ ENTRY %main (x: f32[64,64]) -> f32[64,4] {
     assert tpumodel.api.model_hlo(topk, (2, 4), ("X", "Y")).timeline.summary()["n_compute"] == 1
 
 
+def _one_dot(attrs: str = "", dtype: str = "f32") -> str:
+    """A per-device module of one [1024, 1024] @ [1024, 1024] matmul (compute-bound on every
+    chip at any pass count) carrying ``attrs`` (``operand_precision={...}``, ``algorithm=...``)."""
+    t = f"{dtype}[1024,1024]{{1,0}}"
+    return f"""HloModule m
+
+ENTRY %main (a: {t}, b: {t}) -> f32[1024,1024] {{
+  %a = {t} parameter(0)
+  %b = {t} parameter(1)
+  ROOT %d = f32[1024,1024]{{1,0}} dot(%a, %b), lhs_contracting_dims={{1}}, \
+rhs_contracting_dims={{0}}{attrs}
+}}
+"""
+
+
+def _mxu_us(text: str) -> float:
+    """The matmul's modeled time less the kernel launch, microseconds."""
+    m = tpumodel.model_hlo(text)
+    return m.timeline.summary()["compute_us"] - chips.KERNEL_OVERHEAD_S / US
+
+
+@pytest.mark.orchestration
+def test_a_float32_matmul_costs_the_mxu_passes_of_its_precision():
+    """A TPU runs a float32 matmul at HIGH in 3 bf16 MXU passes and at HIGHEST in 6 (the
+    ``jax.lax.Precision`` docstring), the dearer of the two operands' precisions deciding, as do
+    the dot algorithms BF16_BF16_F32_X3/_X6; a bf16 matmul is one pass at any precision. The
+    FLOPs stay FLOPs (XLA's floor compares those): only the time is the passes'."""
+    from autograder.tpumodel.work import static_work
+
+    one = _mxu_us(_one_dot())
+    assert one == pytest.approx(2 * 1024 ** 3 / V5E.matmul_flops("f32") / US, rel=1e-9)
+    for attrs, passes in ((", operand_precision={default,default}", 1),
+                          (", operand_precision={high,high}", 3),
+                          (", operand_precision={highest,highest}", 6),
+                          (", operand_precision={highest,default}", 6),
+                          (", operand_precision={default,high}", 3),
+                          (", algorithm=dot_bf16_bf16_f32_x3", 3),
+                          (", algorithm=dot_bf16_bf16_f32_x6", 6)):
+        text = _one_dot(attrs)
+        assert _mxu_us(text) == pytest.approx(passes * one, rel=1e-9), attrs
+        assert static_work(text) == 2 * 1024 ** 3, attrs
+        summary = tpumodel.model_hlo(text).summary()
+        assert summary.get("mxu_passes", 1) == passes, (attrs, summary)
+    bf16 = _one_dot(", operand_precision={highest,highest}", dtype="bf16")
+    assert _mxu_us(bf16) == pytest.approx(one, rel=1e-9)
+    with pytest.raises(tpumodel.ModelError, match="algorithm 'dot_tf32_tf32_f32' .* no cost"):
+        tpumodel.model_hlo(_one_dot(", algorithm=dot_tf32_tf32_f32"))
+
+
+@pytest.mark.orchestration
+def test_the_speed_message_says_what_highest_costs():
+    from autograder.course import checks, registry
+    from autograder.tpumodel.api import precision_clause
+
+    assert precision_clause(1) == ""
+    says = precision_clause(6)
+    assert says.startswith("precision=HIGHEST (or the algorithm BF16_BF16_F32_X6) costs 6 MXU "
+                           "passes per matmul on a TPU; the jit baseline uses the default "
+                           "precision (1 pass)"), says
+    m = {"chip": "v5e", "student_us": 60.0, "baseline_us": 10.0, "ratio": 6.0, "threshold": 1.5,
+         "precision_clause": says}
+    got = checks.speed(registry.get("matmul_allgather"), checks.Timing(1.0, 1.0, 1.0, 0, "cpu", m))
+    assert not got.passed and says in got.message, got.message
+
+
 def test_deterministic(mesh):
     a = _put(mesh, (256, 512), P("X", "Y"), jnp.bfloat16)
     w = _put(mesh, (512, 512), P(None, "Y"), jnp.bfloat16)

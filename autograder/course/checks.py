@@ -269,6 +269,8 @@ def speed(problem: Problem, t: Timing) -> CheckResult:
                         f"goes ({'; '.join(bounds)})")
         if m.get("flops_clause"):  # the model's FLOPs against XLA's (tpumodel.work)
             figures += f"; {m['flops_clause']}"
+        if m.get("precision_clause"):  # matmuls at HIGH/HIGHEST: 3/6 MXU passes (tpumodel.cost)
+            figures += f"; {m['precision_clause']}"
         devices = (m.get("student") or {}).get("devices")
         if devices:
             slowest = "" if counted else f" (device {m['student'].get('device')})"

@@ -202,6 +202,8 @@ def speed(problem, fn, *, chip: Optional[str] = None) -> CheckResult:
     floor = m.get("flops") or {}
     if floor.get("applied"):
         extra.append(m["flops_clause"])
+    if m.get("precision_clause"):
+        extra.append(m["precision_clause"])
     tail = "".join(f"; {e}" for e in extra)
     if ratio <= limit:
         close = (f" (close to it: the grader's own values may count the loops differently)"

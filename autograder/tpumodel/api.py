@@ -116,6 +116,9 @@ class Modeled:
             out.update(device=self.device, devices=self.devices)
         if self.bounds:
             out["bounds"] = list(self.bounds)
+        passes = max((getattr(t, "passes", 1) for t in self.timeline.tasks), default=1)
+        if passes > 1:
+            out["mxu_passes"] = passes
         return out
 
 
@@ -373,7 +376,26 @@ def grading_modeler(problem, fn, mesh, args, *, chip=None, program=False,
     if floor is not None:
         out["flops"] = floor.to_dict()
         out["flops_clause"] = floor.clause()
+    clause = precision_clause(out["student"].get("mxu_passes", 1))
+    if clause:
+        out["precision_clause"] = clause
     return out
+
+
+#: the precision a float32 matmul takes its MXU passes at (:data:`.cost.PRECISION_PASSES`)
+_PRECISION_OF = {3: "HIGH (or the algorithm BF16_BF16_F32_X3)",
+                 6: "HIGHEST (or the algorithm BF16_BF16_F32_X6)"}
+
+
+def precision_clause(passes: int) -> str:
+    """What the speed message says of a program whose dearest matmul takes ``passes`` MXU
+    passes (more than the jit baselines' one), '' when it takes one."""
+    if passes <= 1:
+        return ""
+    return (f"precision={_PRECISION_OF.get(passes, str(passes))} costs {passes} MXU passes per "
+            "matmul on a TPU; the jit baseline uses the default precision (1 pass): multiply at "
+            "the default precision, which on the CPU where values are checked is full float32 "
+            "already")
 
 
 def default_modeler():
