@@ -176,6 +176,97 @@ def test_tpu_profile_says_the_loop_iterations_it_modeled(monkeypatch):
             f"({counts}), as the grader does") in repr(p)
 
 
+def _small_case(monkeypatch):
+    """tpu_profile's case drawn at the problem's 'small' size (quick), as it draws the speed
+    case: the same arrays for every reading of one test."""
+    import importlib
+
+    import numpy as np
+
+    profmod = importlib.import_module("autograder.tpumodel.profile")
+
+    def small(problem, mesh, **kw):
+        x, y = (int(mesh.shape[a]) for a in ("X", "Y"))
+        case = problem.case(np.random.default_rng(0), x, y, "small").args
+        return [jax.device_put(a, NamedSharding(mesh, s)) for a, s in zip(case, problem.in_specs)]
+
+    monkeypatch.setattr(profmod, "case_args", small)
+    return small
+
+
+def _gather_unless_the_data_says(A, W, mesh):
+    """A branch on the data: the model cannot read it (alone, it prices the dearer branch, an
+    upper bound), and the run never takes the all-gather (a sum of squares is never negative)."""
+    def local(a, w):
+        def dear(a, w):
+            return jax.lax.all_gather(a, "Y", axis=1, tiled=True) @ w
+
+        def cheap(a, w):
+            return jnp.zeros((a.shape[0], w.shape[1]), a.dtype)
+
+        return jax.lax.cond(jnp.sum(a * a) < -1.0, dear, cheap, a, w)
+
+    return jax.shard_map(local, mesh=mesh, in_specs=(P("X", "Y"), P(None, "Y")),
+                         out_specs=P("X", "Y"), check_vma=False)(A, W)
+
+
+def test_tpu_profile_prices_the_branches_the_run_took_as_the_grader_does(monkeypatch):
+    """Where the model's own reading of a branch is not what a run of the program did,
+    tpu_profile gives the grader's figure: the program pinned to the branch each device ran on
+    this input (one instrumented run, as the grader's), the same figure the self-check's speed
+    check gives, and it says so; the model's reading alone (profile) is the upper bound."""
+    import functools
+
+    from autograder.public import measure
+    from autograder.public.tools import tpu_profile
+    from autograder.tpumodel import loops
+    from autograder.tpumodel.api import compile_partitioned, model_hlo
+
+    prob = registry.get("matmul_allgather")
+    small = _small_case(monkeypatch)
+    mesh = make_mesh(*prob.speed_layout)
+    a, w = small(prob, mesh)
+    fn = _gather_unless_the_data_says
+    own = profile(fn, prob, mesh, [a, w], png=None)  # the model's reading alone
+    assert own.student.bounds, own.student.bounds
+
+    exp = jax.export.export(jax.jit(functools.partial(fn, mesh=mesh)))(a, w)
+    geometry = (tuple(mesh.devices.shape), tuple(mesh.axis_names))
+    run = loops.count_run(exp, [a, w])
+    assert run.taken(*geometry) == {0: (0,) * 8}  # cond's branch 0 is its false one: cheap
+    fixed = loops.pinned(exp, run.trips(), run.taken(*geometry))
+    ran = model_hlo(compile_partitioned(jax.jit(fixed.call).lower(a, w))[1], *geometry)
+
+    p = tpu_profile("matmul_allgather", fn)
+    assert p.student.branches == 1 and not p.student.bounds
+    assert p.student.time_us == pytest.approx(ran.time_us, rel=1e-6)
+    assert p.student.time_us < own.student.time_us / 2
+    assert p.baseline.time_us == pytest.approx(own.baseline.time_us, rel=1e-6)
+    assert ("1 conditional modeled at the branch each device ran on the speed case's input "
+            "(one instrumented run of your program), as the grader does") in repr(p), repr(p)
+    checked = measure.speed(prob, fn)
+    assert f"ratio {p.ratio:.2f}" in checked.message, checked.message
+
+
+def test_tpu_profile_applies_the_grader_s_flops_floor(monkeypatch):
+    """Where XLA counts more FLOPs than the model (here: the model's count cut to a tenth),
+    tpu_profile scales the compute up as the grader does, and says by how much."""
+    from autograder.public.tools import tpu_profile
+    from autograder.tpumodel import api
+
+    _small_case(monkeypatch)
+    honest = tpu_profile("matmul_allgather", _blocking)
+    assert "FLOPs" not in repr(honest), repr(honest)
+    counted = api.static_work
+    monkeypatch.setattr(api, "static_work", lambda t: counted(t) / 10)
+    low = tpu_profile("matmul_allgather", _blocking)
+    compute = lambda p: p.student.timeline.summary()["compute_us"]  # noqa: E731
+    assert compute(low) > 9 * compute(honest)
+    note = [n for n in low.notes if "FLOPs" in n]
+    assert len(note) == 1 and note[0].startswith("XLA counts ") and note[0].endswith(
+        "% more FLOPs than the model: compute scaled up, as the grader does"), note
+
+
 def test_cpu_wall_clock_is_kept_apart_from_the_tpu_limits(capsys):
     """On emulated CPU devices time_vs_jit's figure is no TPU ratio: it is not printed as a
     'ratio' a limit could be read against, and it says that no limit applies to it."""

@@ -292,14 +292,21 @@ def profile(fn, problem, mesh=(2, 4), args=None, *, chip=None, shape=None, dtype
         if args is None:
             args = case_args(problem, mesh, shape=shape, dtype=dtype)
         st, base = compare(problem, fn, mesh, args, chip=chip, program=program)
+    return profile_of(st, base, problem, notes=notes, png=png,
+                      title=title or getattr(fn, "__name__", problem.name))
+
+
+def profile_of(st: Modeled, base: Modeled, problem, *, notes=(), png: Optional[str] = "",
+               title: Optional[str] = None) -> Profile:
+    """The :class:`Profile` of two models already made (``png`` and ``title`` as in
+    :func:`profile`): how ``tpu_profile`` shows the models the grader's speed check judges."""
     prof = Profile(st, base, problem=problem.name, limit=problem.threshold("tpu_model"),
-                   notes=notes)
+                   notes=list(notes))
     if png is not None:
         if png == "":
             fd, png = tempfile.mkstemp(prefix=f"profile-{problem.name}-", suffix=".png")
             os.close(fd)
-        name = title or getattr(fn, "__name__", problem.name)
-        panels = [(f"{name} (yours)", st.timeline)]
+        panels = [(f"{title or problem.name} (yours)", st.timeline)]
         if base.timeline.tasks:  # recorded figures have no timeline to draw
             panels.append(("jit baseline", base.timeline))
         prof.png = plot_timelines(panels, png)
