@@ -267,6 +267,29 @@ def test_tpu_profile_applies_the_grader_s_flops_floor(monkeypatch):
         "% more FLOPs than the model: compute scaled up, as the grader does"), note
 
 
+def test_the_tiled_all_reduce_gains_where_the_notebook_shows_it():
+    """ps3's "Where the tiles pay off": at B, D, F = 1024, 4096, 4096 the matmul takes about as
+    long as the all-reduce, so the reference's tiles model clearly below jit (the notebook says
+    0.75) while one psum of the whole output is jit's program (1.00) and ends on its transfer;
+    at a shape that is not the grader's, no limit is shown."""
+    from conftest import ROOT
+
+    from autograder.core.loader import load
+    from autograder.public.tools import tpu_profile
+
+    tiles = load(ROOT / "solutions" / "ps3_collective_matmul.py").function("matmul_allreduce")
+    one = load(ROOT / "tests" / "fixtures" / "ps3" / "single_psum.py").function(
+        "matmul_allreduce")
+    shape = (1024, 4096, 4096)
+    t = tpu_profile("matmul_allreduce", tiles, make_mesh(2, 4), shape=shape)
+    o = tpu_profile("matmul_allreduce", one, make_mesh(2, 4), shape=shape)
+    assert round(t.ratio, 2) == 0.75 and round(o.ratio, 2) == 1.00, (t.ratio, o.ratio)
+    assert t.limit is None and "limit" not in t.verdict() and "no limit applies" in repr(t)
+    assert "it ends on a transfer" in repr(o) and "hidden" not in repr(o), repr(o)
+    exposed = lambda p: p.student.timeline.summary()["exposed_comm_us"]  # noqa: E731
+    assert exposed(t) < exposed(o) / 2
+
+
 def test_cpu_wall_clock_is_kept_apart_from_the_tpu_limits(capsys):
     """On emulated CPU devices time_vs_jit's figure is no TPU ratio: it is not printed as a
     'ratio' a limit could be read against, and it says that no limit applies to it."""

@@ -65,7 +65,7 @@ def time_vs_jit(f, baseline, *args, reps: int = 5) -> float:
     return s / b
 
 
-def tpu_profile(name: str, fn, mesh=None, chip: str = "v5e"):
+def tpu_profile(name: str, fn, mesh=None, chip: str = "v5e", shape=None):
     """How ``fn`` (the graded function ``name``) would run on a TPU, against jit.
 
     Returns a profile that shows itself as a few lines (modeled times, the ratio beside the
@@ -77,7 +77,10 @@ def tpu_profile(name: str, fn, mesh=None, chip: str = "v5e"):
     own code (a copy travels in the self-check package): on the speed case's shapes (the
     values of seed 0), its loops and branches as one instrumented run of it there measured
     them, and its compute scaled up where XLA counts more FLOPs than the model; the notes say
-    when either changed the figure. Nothing is modeled while nbgrader grades the notebook.
+    when either changed the figure. ``shape``: (B, D, F) of a matmul problem, to model it at
+    other sizes (arrays of zeros) than the grader's speed case; the grader's limit applies at
+    its speed case only, so none is shown then. Nothing is modeled while nbgrader grades the
+    notebook.
     """
     if os.environ.get("NBGRADER_EXECUTION"):
         return None
@@ -102,6 +105,15 @@ def tpu_profile(name: str, fn, mesh=None, chip: str = "v5e"):
         return None
     layout = tuple(entry.speed_layout)
     notes = []
+    if shape is not None:
+        if kept is not None:
+            print(f"{name}: the jit baseline's code stays with the grader, which modeled it at "
+                  "its speed case only: call tpu_profile without shape")
+            return None
+        shape = tuple(int(v) for v in shape)
+        notes.append(f"at B, D, F = {', '.join(map(str, shape))} (zeros), not the grader's "
+                     "speed case: no limit applies to this ratio (tpu_profile without shape "
+                     "shows the one the grade reads)")
     if kept is not None:  # the baseline's code stays with the grader: its figures travel
         notes.append("the jit baseline's code stays with the grader (it would give an exercise "
                       "away): its figures were modeled there, at the grader's speed case"
@@ -111,8 +123,12 @@ def tpu_profile(name: str, fn, mesh=None, chip: str = "v5e"):
     if mesh is None or not entry.uses_mesh:  # a single-device function: any mesh places it
         mesh = make_mesh(*layout)
     try:
-        st, base, floor = speed_models(entry, fn, mesh, case_args(entry, mesh), chip=chip_name,
-                                       baseline=kept)
+        args = case_args(entry, mesh, shape=shape)
+    except ValueError as e:  # a shape for a problem that has none
+        print(f"{name}: {e}")
+        return None
+    try:
+        st, base, floor = speed_models(entry, fn, mesh, args, chip=chip_name, baseline=kept)
     except (Unpriced, ModelError) as e:
         print(f"{name}: the TPU model cannot price this program: {str(e)[:300]}. The grader's "
               "speed check fails it too; write the program with the shard_map, collectives "
@@ -129,7 +145,7 @@ def tpu_profile(name: str, fn, mesh=None, chip: str = "v5e"):
                      f"({'; '.join(st.bounds)})")
     drawn = importlib.util.find_spec("matplotlib") is not None
     prof = profile_of(st, base, entry, notes=notes, png="" if drawn else None,
-                      title=getattr(fn, "__name__", name))
+                      title=getattr(fn, "__name__", name), graded=shape is None)
     if not drawn:
         prof.notes.append("the timeline picture needs matplotlib: pip install matplotlib "
                           "(then restart the kernel)")
