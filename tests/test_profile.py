@@ -300,3 +300,23 @@ def test_cpu_wall_clock_is_kept_apart_from_the_tpu_limits(capsys):
     out = capsys.readouterr().out
     assert r > 0 and "emulated CPU devices" in out and "no limit applies to it" in out
     assert "ratio" not in out.split("\n")[0] and "limit 1" not in out, out
+
+
+@pytest.mark.orchestration
+def test_no_notebook_cell_sets_wall_clock_beside_a_limit():
+    """A notebook cell that times the program on this machine (time_vs_jit) shows nothing that
+    carries a TPU limit (tpu_profile, check, memory_profile): the CPU figure stands apart."""
+    import re
+
+    from conftest import ROOT
+
+    timed = 0
+    for nb in sorted((ROOT / "notebooks").glob("ps*.py")):
+        for cell in re.split(r"^# %%.*$", nb.read_text(encoding="utf-8"), flags=re.M):
+            if "time_vs_jit(" not in cell or "import" in cell:
+                continue
+            timed += 1
+            beside = [f for f in ("tpu_profile(", "check(", "memory_profile(") if f in cell]
+            assert not beside, f"{nb.name}: time_vs_jit beside {beside} in\n{cell}"
+    assert timed >= 7
+
