@@ -176,6 +176,120 @@ def test_tpu_profile_says_the_loop_iterations_it_modeled(monkeypatch):
             f"({counts}), as the grader does") in repr(p)
 
 
+def _small_case(monkeypatch):
+    """tpu_profile's case drawn at the problem's 'small' size (quick), as it draws the speed
+    case: the same arrays for every reading of one test."""
+    import importlib
+
+    import numpy as np
+
+    profmod = importlib.import_module("autograder.tpumodel.profile")
+
+    def small(problem, mesh, **kw):
+        x, y = (int(mesh.shape[a]) for a in ("X", "Y"))
+        case = problem.case(np.random.default_rng(0), x, y, "small").args
+        return [jax.device_put(a, NamedSharding(mesh, s)) for a, s in zip(case, problem.in_specs)]
+
+    monkeypatch.setattr(profmod, "case_args", small)
+    return small
+
+
+def _gather_unless_the_data_says(A, W, mesh):
+    """A branch on the data: the model cannot read it (alone, it prices the dearer branch, an
+    upper bound), and the run never takes the all-gather (a sum of squares is never negative)."""
+    def local(a, w):
+        def dear(a, w):
+            return jax.lax.all_gather(a, "Y", axis=1, tiled=True) @ w
+
+        def cheap(a, w):
+            return jnp.zeros((a.shape[0], w.shape[1]), a.dtype)
+
+        return jax.lax.cond(jnp.sum(a * a) < -1.0, dear, cheap, a, w)
+
+    return jax.shard_map(local, mesh=mesh, in_specs=(P("X", "Y"), P(None, "Y")),
+                         out_specs=P("X", "Y"), check_vma=False)(A, W)
+
+
+def test_tpu_profile_prices_the_branches_the_run_took_as_the_grader_does(monkeypatch):
+    """Where the model's own reading of a branch is not what a run of the program did,
+    tpu_profile gives the grader's figure: the program pinned to the branch each device ran on
+    this input (one instrumented run, as the grader's), the same figure the self-check's speed
+    check gives, and it says so; the model's reading alone (profile) is the upper bound."""
+    import functools
+
+    from autograder.public import measure
+    from autograder.public.tools import tpu_profile
+    from autograder.tpumodel import loops
+    from autograder.tpumodel.api import compile_partitioned, model_hlo
+
+    prob = registry.get("matmul_allgather")
+    small = _small_case(monkeypatch)
+    mesh = make_mesh(*prob.speed_layout)
+    a, w = small(prob, mesh)
+    fn = _gather_unless_the_data_says
+    own = profile(fn, prob, mesh, [a, w], png=None)  # the model's reading alone
+    assert own.student.bounds, own.student.bounds
+
+    exp = jax.export.export(jax.jit(functools.partial(fn, mesh=mesh)))(a, w)
+    geometry = (tuple(mesh.devices.shape), tuple(mesh.axis_names))
+    run = loops.count_run(exp, [a, w])
+    assert run.taken(*geometry) == {0: (0,) * 8}  # cond's branch 0 is its false one: cheap
+    fixed = loops.pinned(exp, run.trips(), run.taken(*geometry))
+    ran = model_hlo(compile_partitioned(jax.jit(fixed.call).lower(a, w))[1], *geometry)
+
+    p = tpu_profile("matmul_allgather", fn)
+    assert p.student.branches == 1 and not p.student.bounds
+    assert p.student.time_us == pytest.approx(ran.time_us, rel=1e-6)
+    assert p.student.time_us < own.student.time_us / 2
+    assert p.baseline.time_us == pytest.approx(own.baseline.time_us, rel=1e-6)
+    assert ("1 conditional modeled at the branch each device ran on the speed case's input "
+            "(one instrumented run of your program), as the grader does") in repr(p), repr(p)
+    checked = measure.speed(prob, fn)
+    assert f"ratio {p.ratio:.2f}" in checked.message, checked.message
+
+
+def test_tpu_profile_applies_the_grader_s_flops_floor(monkeypatch):
+    """Where XLA counts more FLOPs than the model (here: the model's count cut to a tenth),
+    tpu_profile scales the compute up as the grader does, and says by how much."""
+    from autograder.public.tools import tpu_profile
+    from autograder.tpumodel import api
+
+    _small_case(monkeypatch)
+    honest = tpu_profile("matmul_allgather", _blocking)
+    assert "FLOPs" not in repr(honest), repr(honest)
+    counted = api.static_work
+    monkeypatch.setattr(api, "static_work", lambda t: counted(t) / 10)
+    low = tpu_profile("matmul_allgather", _blocking)
+    compute = lambda p: p.student.timeline.summary()["compute_us"]  # noqa: E731
+    assert compute(low) > 9 * compute(honest)
+    note = [n for n in low.notes if "FLOPs" in n]
+    assert len(note) == 1 and note[0].startswith("XLA counts ") and note[0].endswith(
+        "% more FLOPs than the model: compute scaled up, as the grader does"), note
+
+
+def test_the_tiled_all_reduce_gains_where_the_notebook_shows_it():
+    """ps3's "Where the tiles pay off": at B, D, F = 1024, 4096, 4096 the matmul takes about as
+    long as the all-reduce, so the reference's tiles model clearly below jit (the notebook says
+    0.75) while one psum of the whole output is jit's program (1.00) and ends on its transfer;
+    at a shape that is not the grader's, no limit is shown."""
+    from conftest import ROOT
+
+    from autograder.core.loader import load
+    from autograder.public.tools import tpu_profile
+
+    tiles = load(ROOT / "solutions" / "ps3_collective_matmul.py").function("matmul_allreduce")
+    one = load(ROOT / "tests" / "fixtures" / "ps3" / "single_psum.py").function(
+        "matmul_allreduce")
+    shape = (1024, 4096, 4096)
+    t = tpu_profile("matmul_allreduce", tiles, make_mesh(2, 4), shape=shape)
+    o = tpu_profile("matmul_allreduce", one, make_mesh(2, 4), shape=shape)
+    assert round(t.ratio, 2) == 0.75 and round(o.ratio, 2) == 1.00, (t.ratio, o.ratio)
+    assert t.limit is None and "limit" not in t.verdict() and "no limit applies" in repr(t)
+    assert "it ends on a transfer" in repr(o) and "hidden" not in repr(o), repr(o)
+    exposed = lambda p: p.student.timeline.summary()["exposed_comm_us"]  # noqa: E731
+    assert exposed(t) < exposed(o) / 2
+
+
 def test_cpu_wall_clock_is_kept_apart_from_the_tpu_limits(capsys):
     """On emulated CPU devices time_vs_jit's figure is no TPU ratio: it is not printed as a
     'ratio' a limit could be read against, and it says that no limit applies to it."""
@@ -186,3 +300,23 @@ def test_cpu_wall_clock_is_kept_apart_from_the_tpu_limits(capsys):
     out = capsys.readouterr().out
     assert r > 0 and "emulated CPU devices" in out and "no limit applies to it" in out
     assert "ratio" not in out.split("\n")[0] and "limit 1" not in out, out
+
+
+@pytest.mark.orchestration
+def test_no_notebook_cell_sets_wall_clock_beside_a_limit():
+    """A notebook cell that times the program on this machine (time_vs_jit) shows nothing that
+    carries a TPU limit (tpu_profile, check, memory_profile): the CPU figure stands apart."""
+    import re
+
+    from conftest import ROOT
+
+    timed = 0
+    for nb in sorted((ROOT / "notebooks").glob("ps*.py")):
+        for cell in re.split(r"^# %%.*$", nb.read_text(encoding="utf-8"), flags=re.M):
+            if "time_vs_jit(" not in cell or "import" in cell:
+                continue
+            timed += 1
+            beside = [f for f in ("tpu_profile(", "check(", "memory_profile(") if f in cell]
+            assert not beside, f"{nb.name}: time_vs_jit beside {beside} in\n{cell}"
+    assert timed >= 7
+

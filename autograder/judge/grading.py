@@ -547,13 +547,11 @@ class Programs:
         each conditional that ran one branch per device fixed to it (counted here, by running
         the instrumented artifact; see :mod:`autograder.tpumodel.loops`)."""
         def make():
-            from ..tpumodel.api import pinned_partitioned
+            from ..tpumodel.api import pinned_by_run
 
-            art = self.artifact(layout, case)
-            dynamic = _dynamic(self.plan.problem, args)
-            run = self.counted_run(layout, case, args)
-            trips, taken = run.trips(), run.taken(*self._geometry(mesh))
-            return pinned_partitioned(art.exported, dynamic, trips, taken), trips, len(taken)
+            return pinned_by_run(self.artifact(layout, case).exported,
+                                 _dynamic(self.plan.problem, args),
+                                 self.counted_run(layout, case, args), *self._geometry(mesh))
 
         return self._once((self.plan.request(layout, case).id, "pinned"), make)
 
