@@ -107,87 +107,133 @@ def trips_text(trips) -> str:
             f"entry of it ran on the speed case's input ({', '.join(str(t) for t in trips)})")
 
 
+def branches_text(n: int) -> str:
+    """How the model priced conditionals it pinned to a run of the same program (the grader
+    does the same)."""
+    return (f"{n} conditional{'s' * (n != 1)} modeled at the branch each device ran on the "
+            "speed case's input (one instrumented run of your program)")
+
+
+def floor_text(factor: float) -> str:
+    """The FLOPs floor, where it scaled the model's compute (:mod:`autograder.tpumodel.work`)."""
+    return (f"XLA counts {100 * (factor - 1):.0f}% more FLOPs than the model: compute scaled "
+            "up, as the grader does")
+
+
 #: a modeled ratio this close to the limit (as a share of it) is said to be close, where loops
 #: counted on this case's public values decide the time (the grader counts them on its own)
 CLOSE = 0.9
 
 
-def speed(problem, fn, *, chip: Optional[str] = None) -> CheckResult:
-    """The grader's speed check, at home: ``fn`` modeled at the grader's speed case (its mesh
-    and shapes, the values of seed 0) by :func:`~autograder.tpumodel.api.grading_modeler`,
-    the ratio to the jit baseline against the grader's limit. ``problem``: the registry's
-    problem or the self-check's public one (a baseline kept with the grader comes as figures)."""
+class Unpriced(Exception):
+    """The op table refuses the program (:mod:`autograder.core.optable`): the grader prices it
+    not at all, and nor does anything here (the message says why)."""
+
+
+def kept_baseline(problem, chip_name: str):
+    """The jit baseline's :func:`~autograder.tpumodel.api.recorded` figures where its code
+    stays with the grader (None where the baseline's code is here); raises ``ValueError``
+    saying why where this folder cannot model it."""
+    from ..tpumodel.api import recorded
+
+    if problem.baseline is not None:
+        return None
+    x, y = problem.speed_layout
+    kept = getattr(problem, "baseline_model", None)
+    if kept is None:
+        raise ValueError("this self-check holds neither the jit baseline nor its modeled "
+                         "figures: rebuild the folder from the course (or ask for one that "
+                         "ships them)")
+    if tuple(kept["layout"]) != (x, y):
+        raise ValueError(f"the jit baseline's figures were modeled on mesh {kept['layout'][0]}"
+                         f"x{kept['layout'][1]}, the grader's speed case runs on {x}x{y}: this "
+                         "folder's figures are stale; get the current release of the folder")
+    figures = kept["chips"].get(chip_name)
+    if figures is None:
+        raise ValueError(f"this folder holds the jit baseline's figures for TPU "
+                         f"{', '.join(sorted(kept['chips']))}, not {chip_name}")
+    return recorded(figures, chip_name, (x, y) if problem.uses_mesh else (1,))
+
+
+def speed_models(problem, fn, mesh, args, *, chip: str, baseline=None) -> tuple:
+    """``(student, baseline, floor)`` (:func:`~autograder.tpumodel.api.grading_models`): ``fn``
+    on the placed ``args`` priced as the grader prices its speed case: the program it exports
+    (refused, :class:`Unpriced`, where the op table refuses it), one compile (the model's
+    input and XLA's FLOP count, the floor under the model's), its loops and branches as one
+    instrumented run of it on ``args`` measured them wherever the model's own reading differs
+    (:func:`~autograder.tpumodel.api.run_hooks`), against the jit baseline (or ``baseline``:
+    its recorded figures). Raises :class:`~autograder.tpumodel.hlo.ModelError` for a program
+    the model cannot price."""
     import jax
-    import numpy as np
 
     from ..core.compiling import SPEED_CPU_COMPILE, on_cpu, runner
-    from ..core.meshes import make_mesh
     from ..core.optable import refusal
     from ..course.reading import export_for_reading
     from ..tpumodel.api import (
+        _mesh_geometry,
         baseline_hlo,
         compile_partitioned,
-        grading_modeler,
-        pinned_partitioned,
-        recorded,
+        grading_models,
+        run_hooks,
     )
+
+    geo_mesh = mesh if problem.uses_mesh else None
+    f = functools.partial(fn, mesh=mesh) if problem.uses_mesh else fn
+    exported, dynamic = export_for_reading(f, args, problem.static_argnums)
+    got = refusal(exported.mlir_module(),
+                  tuple(int(mesh.shape[a]) for a in ("X", "Y")) if geo_mesh else None)
+    if got is not None:  # as the grader: never priced by a guess
+        raise Unpriced(str(got).rstrip("."))
+    # one compile, as the grader's speed program: the model's input and XLA's FLOP count
+    compiled, text = compile_partitioned(jax.jit(exported.call).lower(*dynamic),
+                                         on_cpu(SPEED_CPU_COMPILE))
+    base_text = None if baseline is not None else baseline_hlo(problem, mesh, args)
+    measured, pinned = run_hooks(exported, dynamic, *_mesh_geometry(geo_mesh),
+                                 run=runner(SPEED_CPU_COMPILE))
+    return grading_models(problem, None, mesh, args, chip=chip, program=True,
+                          texts=(text, base_text), pinned=pinned, measured=measured,
+                          compiled=compiled, baseline=baseline)
+
+
+def speed(problem, fn, *, chip: Optional[str] = None) -> CheckResult:
+    """The grader's speed check, at home: ``fn`` modeled at the grader's speed case (its mesh
+    and shapes, the values of seed 0) by :func:`speed_models` (the grader's own modeler, loop
+    and branch pinning and FLOPs floor), the ratio to the jit baseline against the grader's
+    limit. ``problem``: the registry's problem or the self-check's public one (a baseline kept
+    with the grader comes as figures)."""
+    import numpy as np
+
+    from ..core.meshes import make_mesh
+    from ..tpumodel.api import verdict
     from ..tpumodel.chips import get_chip
-    from ..tpumodel.loops import trip_counts
+    from ..tpumodel.hlo import ModelError
     from ..tpumodel.profile import case_args
 
     x, y = problem.speed_layout
     chip_name = get_chip(chip).name
-    base = None
-    if problem.baseline is None:  # kept with the grader: its figures travel instead
-        kept = getattr(problem, "baseline_model", None)
-        if kept is None:
-            return failed("speed", "this self-check holds neither the jit baseline nor its "
-                          "modeled figures, so the speed check cannot run here: rebuild the "
-                          "folder from the course (or ask for one that ships them)")
-        if tuple(kept["layout"]) != (x, y):
-            return failed("speed", f"the jit baseline's figures were modeled on mesh "
-                          f"{kept['layout'][0]}x{kept['layout'][1]}, the grader's speed case "
-                          f"runs on {x}x{y}: this folder's figures are stale, so the speed "
-                          "check cannot run here; get the current release of the folder")
-        figures = kept["chips"].get(chip_name)
-        if figures is None:
-            return failed("speed", f"this folder holds the jit baseline's figures for TPU "
-                          f"{', '.join(sorted(kept['chips']))}, not {chip_name}, so the speed "
-                          "check cannot run here for that chip")
-        base = recorded(figures, chip_name, (x, y) if problem.uses_mesh else (1,))
+    try:
+        base = kept_baseline(problem, chip_name)
+    except ValueError as e:
+        return failed("speed", f"{e}, so the speed check cannot run here")
     mesh = make_mesh(x, y)
     args = case_args(problem, mesh)
     shapes = ", ".join(f"{list(np.shape(a))}" if hasattr(a, "shape") else repr(a) for a in args)
     where = (f"the grader's speed case{f' on mesh {x}x{y}' if problem.uses_mesh else ''}, "
              f"arguments {shapes}")
-    f = functools.partial(fn, mesh=mesh) if problem.uses_mesh else fn
     try:
-        exported, dynamic = export_for_reading(f, args, problem.static_argnums)
-        got = refusal(exported.mlir_module(), (x, y) if problem.uses_mesh else None)
-        if got is not None:  # as the grader: never priced by a guess
-            return failed("speed", f"the TPU model cannot price this program ({where}): "
-                          f"{str(got).rstrip('.')}. Only programs made of what the course's "
-                          "programs contain are timed, so this check fails with the structure "
-                          "check")
-        # one compile, as the grader's speed program: the model's input and XLA's FLOP count
-        compiled, text = compile_partitioned(jax.jit(exported.call).lower(*dynamic),
-                                             on_cpu(SPEED_CPU_COMPILE))
-        base_text = None if base is not None else baseline_hlo(problem, mesh, args)
-
-        def pinned():  # loops the data steers: counted on this case's arrays, then fixed
-            trips = trip_counts(exported, dynamic, run=runner(SPEED_CPU_COMPILE))
-            return pinned_partitioned(exported, dynamic, trips), trips, 0
-
-        m = grading_modeler(problem, None, mesh, args, chip=chip_name, program=True,
-                            texts=(text, base_text), pinned=pinned, compiled=compiled,
-                            baseline=base)
-    except Exception as e:  # noqa: BLE001 - said, never passed
-        return failed("speed", f"could not model it at {where}: {describe_error(e)}")
-    if "unreadable" in m:
+        m = verdict(problem, *speed_models(problem, fn, mesh, args, chip=chip_name,
+                                           baseline=base))
+    except Unpriced as e:
+        return failed("speed", f"the TPU model cannot price this program ({where}): {e}. Only "
+                      "programs made of what the course's programs contain are timed, so this "
+                      "check fails with the structure check")
+    except ModelError as e:
         return failed("speed", f"the TPU model cannot price this program ({where}): "
-                      f"{m['unreadable']}. Speed is judged by the model alone, so this check "
+                      f"{str(e)[:300]}. Speed is judged by the model alone, so this check "
                       "fails; write the program with the shard_map, collectives and loops the "
                       "exercise asks for")
+    except Exception as e:  # noqa: BLE001 - said, never passed
+        return failed("speed", f"could not model it at {where}: {describe_error(e)}")
     ratio, limit = m["ratio"], m["threshold"]
     figures = (f"modeled on TPU {m['chip']}: yours {m['student_us']:.1f} us, jit baseline "
                f"{m['baseline_us']:.1f} us, ratio {ratio:.2f}")
@@ -195,6 +241,8 @@ def speed(problem, fn, *, chip: Optional[str] = None) -> CheckResult:
     if m.get("trips"):
         extra.append(trips_text(m["trips"]) + "; the grader counts them on its own values of "
                      "these shapes")
+    if m.get("branches"):
+        extra.append(branches_text(m["branches"]) + "; the grader counts them on its own values")
     bounds = (m.get("student") or {}).get("bounds")
     if bounds:
         extra.append("an upper bound, since the model cannot know which way the program goes "
@@ -202,10 +250,12 @@ def speed(problem, fn, *, chip: Optional[str] = None) -> CheckResult:
     floor = m.get("flops") or {}
     if floor.get("applied"):
         extra.append(m["flops_clause"])
+    if m.get("precision_clause"):
+        extra.append(m["precision_clause"])
     tail = "".join(f"; {e}" for e in extra)
     if ratio <= limit:
         close = (f" (close to it: the grader's own values may count the loops differently)"
-                 if m.get("trips") and ratio > CLOSE * limit else "")
+                 if (m.get("trips") or m.get("branches")) and ratio > CLOSE * limit else "")
         return passed("speed", f"{figures}, within the grader's limit {limit:g}{close} "
                       f"({where}{tail})")
     return failed("speed", f"make it faster: the grader's limit on the modeled ratio is "

@@ -116,6 +116,9 @@ class Modeled:
             out.update(device=self.device, devices=self.devices)
         if self.bounds:
             out["bounds"] = list(self.bounds)
+        passes = max((getattr(t, "passes", 1) for t in self.timeline.tasks), default=1)
+        if passes > 1:
+            out["mxu_passes"] = passes
         return out
 
 
@@ -323,8 +326,93 @@ def pinned_partitioned(exported, dynamic, trips, branches=None) -> str:
     return compile_partitioned(lowered, on_cpu(FAST_CPU_COMPILE))[1]
 
 
+def pinned_by_run(exported, dynamic, counted, mesh_shape, axis_names) -> tuple[str, tuple, int]:
+    """``(partitioned text, trip counts, conditionals pinned)`` of ``exported`` with each loop
+    fixed to the trip count the instrumented run ``counted`` (a
+    :class:`~autograder.tpumodel.loops.CountedRun` on ``dynamic``) measured and each conditional
+    that ran one branch per device fixed to it: the ``pinned()`` of :func:`model_measured`, as
+    the grader makes it."""
+    trips, taken = counted.trips(), counted.taken(mesh_shape, axis_names)
+    return pinned_partitioned(exported, dynamic, trips, taken), trips, len(taken)
+
+
+def run_hooks(exported, dynamic, mesh_shape, axis_names,
+              run: Optional[Callable] = None) -> tuple[Callable[[], list], Callable[[], tuple]]:
+    """``(measured, pinned)`` for :func:`model_measured` from one instrumented run of
+    ``exported`` on ``dynamic`` (:func:`~autograder.tpumodel.loops.count_run` with ``run``),
+    made at most once and only when asked for: the grader's reading of the same program's loops
+    and branches, for a program modeled outside the grader (the self-check, ``tpu_profile``)."""
+    from .loops import count_run
+
+    got: list = []
+
+    def counted():
+        if not got:
+            try:
+                got.append(count_run(exported, dynamic, run=run))
+            except ModelError as e:  # LoopCountError: said again by whoever asks next
+                got.append(e)
+        if isinstance(got[0], Exception):
+            raise got[0]
+        return got[0]
+
+    def measured():
+        return counted().per_device(mesh_shape, axis_names)
+
+    def pinned():
+        return pinned_by_run(exported, dynamic, counted(), mesh_shape, axis_names)
+
+    return measured, pinned
+
+
 def modeled_threshold(problem) -> float:
     return problem.threshold("tpu_model")
+
+
+def grading_models(problem, fn, mesh, args, *, chip=None, program=False,
+                   texts: Optional[tuple[str, Optional[str]]] = None,
+                   pinned: Optional[Callable[[], tuple]] = None,
+                   measured: Optional[Callable[[], list]] = None,
+                   compiled=None, baseline: Optional[Modeled] = None
+                   ) -> tuple[Modeled, Modeled, Optional[Floor]]:
+    """``(student, baseline, floor)``: the models :func:`grading_modeler` judges by (the same
+    arguments), the student's with the FLOPs floor applied where it applies (``floor``: the two
+    counts, None without ``compiled``). Raises :class:`ModelError` for a program the model
+    cannot price. ``tpu_profile`` draws these timelines."""
+    if texts is not None:
+        shape, names = _mesh_geometry(mesh if _problem(problem).uses_mesh else None)
+        st = model_measured(texts[0], shape, names, chip=chip, name="student",
+                            measured=measured, pinned=pinned)
+        base = baseline if baseline is not None else model_hlo(
+            texts[1], shape, names, chip=chip, name="jit baseline")
+    else:
+        st, base = compare(problem, fn, mesh, args, chip=chip, program=program,
+                           baseline=baseline)
+    floor = None
+    if compiled is not None and texts is not None:
+        floor = Floor(static_work(texts[0]), *xla_flops(compiled))
+        st = floored(st, floor)
+    return st, base, floor
+
+
+def verdict(problem, st: Modeled, base: Modeled, floor: Optional[Floor] = None) -> dict:
+    """The speed check's figures of :func:`grading_models`' result (see
+    :func:`grading_modeler`)."""
+    s, b = st.time_us, base.time_us
+    out = {"chip": st.chip, "student_us": s, "baseline_us": b,
+           "ratio": s / max(b, 1e-9), "threshold": modeled_threshold(_problem(problem)),
+           "student": st.summary(), "baseline": base.summary()}
+    if st.trips:
+        out["trips"] = list(st.trips)
+    if st.branches:
+        out["branches"] = st.branches
+    if floor is not None:
+        out["flops"] = floor.to_dict()
+        out["flops_clause"] = floor.clause()
+    clause = precision_clause(out["student"].get("mxu_passes", 1))
+    if clause:
+        out["precision_clause"] = clause
+    return out
 
 
 def grading_modeler(problem, fn, mesh, args, *, chip=None, program=False,
@@ -340,40 +428,36 @@ def grading_modeler(problem, fn, mesh, args, *, chip=None, program=False,
     on a laxer basis). Any other error is the model's own and propagates (the grader's fault).
     ``measured()`` and ``pinned()`` (with ``texts``): the counts of the instrumented run of the
     student's program on the grading input and the same program pinned to them, which the
-    model uses wherever its own walk differs (:func:`model_measured`).
+    model uses wherever its own walk differs (:func:`model_measured`; :func:`run_hooks` makes
+    both from one run).
     ``compiled``: the executable XLA compiled from the student's module ``texts[0]``: its own
     FLOP count is the floor under the model's (:mod:`.work`), and ``'flops'`` holds both
     counts (:meth:`.work.Floor.to_dict`). ``baseline``: the jit baseline's recorded figures
     (:func:`recorded`) in place of ``texts[1]``: how a release folder's self-check runs this
     same verdict where the baseline's code stays with the grader."""
     try:
-        if texts is not None:
-            shape, names = _mesh_geometry(mesh if _problem(problem).uses_mesh else None)
-            st = model_measured(texts[0], shape, names, chip=chip, name="student",
-                                measured=measured, pinned=pinned)
-            base = baseline if baseline is not None else model_hlo(
-                texts[1], shape, names, chip=chip, name="jit baseline")
-        else:
-            st, base = compare(problem, fn, mesh, args, chip=chip, program=program,
-                               baseline=baseline)
+        st, base, floor = grading_models(problem, fn, mesh, args, chip=chip, program=program,
+                                         texts=texts, pinned=pinned, measured=measured,
+                                         compiled=compiled, baseline=baseline)
     except ModelError as e:
         return {"unreadable": str(e)[:300]}
-    floor = None
-    if compiled is not None and texts is not None:
-        floor = Floor(static_work(texts[0]), *xla_flops(compiled))
-        st = floored(st, floor)
-    s, b = st.time_us, base.time_us
-    out = {"chip": st.chip, "student_us": s, "baseline_us": b,
-           "ratio": s / max(b, 1e-9), "threshold": modeled_threshold(_problem(problem)),
-           "student": st.summary(), "baseline": base.summary()}
-    if st.trips:
-        out["trips"] = list(st.trips)
-    if st.branches:
-        out["branches"] = st.branches
-    if floor is not None:
-        out["flops"] = floor.to_dict()
-        out["flops_clause"] = floor.clause()
-    return out
+    return verdict(problem, st, base, floor)
+
+
+#: the precision a float32 matmul takes its MXU passes at (:data:`.cost.PRECISION_PASSES`)
+_PRECISION_OF = {3: "HIGH (or the algorithm BF16_BF16_F32_X3)",
+                 6: "HIGHEST (or the algorithm BF16_BF16_F32_X6)"}
+
+
+def precision_clause(passes: int) -> str:
+    """What the speed message says of a program whose dearest matmul takes ``passes`` MXU
+    passes (more than the jit baselines' one), '' when it takes one."""
+    if passes <= 1:
+        return ""
+    return (f"precision={_PRECISION_OF.get(passes, str(passes))} costs {passes} MXU passes per "
+            "matmul on a TPU; the jit baseline uses the default precision (1 pass): multiply at "
+            "the default precision, which on the CPU where values are checked is full float32 "
+            "already")
 
 
 def default_modeler():

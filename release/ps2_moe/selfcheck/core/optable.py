@@ -42,6 +42,10 @@ ELEMENT_TYPES = SIGNED | UNSIGNED | frozenset({"i1", "bf16", "f16", "f32"})
 #: the precisions of a float32 matmul (``precision=`` of ``jnp.dot``, ``jnp.matmul``, ``@``)
 _PRECISIONS = frozenset(f"{a},{b}" for a in ("DEFAULT", "HIGH", "HIGHEST")
                         for b in ("DEFAULT", "HIGH", "HIGHEST"))
+#: the dot algorithms of a float32 matmul the TPU model prices (``precision=`` of ``jnp.dot``
+#: given a ``jax.lax.DotAlgorithmPreset``): HIGH's and HIGHEST's algorithms on a TPU, 3 and 6
+#: MXU passes (:data:`autograder.tpumodel.cost.ALGORITHM_PASSES`); :func:`value` names them
+_ALGORITHMS = frozenset({"BF16_BF16_F32_X3", "BF16_BF16_F32_X6"})
 #: a collective as ``jax.lax`` writes it: a channel between devices, global device ids
 _CHANNEL = frozenset({"type = 0", "type = 1"})  # 2, 3: to and from the host
 
@@ -134,9 +138,10 @@ TABLE: dict[str, Allow] = {
     "stablehlo.reduce_window": Allow({"window_dimensions": ANY, "window_strides": ANY,
                                       "base_dilations": ANY, "window_dilations": ANY,
                                       "padding": ANY}),
-    # float32 in, float32 out, as the jit baselines multiply (no bfloat16 split of a product,
-    # no dot algorithm)
-    "stablehlo.dot_general": Allow({"dot_dimension_numbers": ANY, "precision_config": _PRECISIONS},
+    # float32 in, float32 out, as the jit baselines multiply (no bfloat16 split of a product),
+    # at a precision or dot algorithm the model prices by its MXU passes
+    "stablehlo.dot_general": Allow({"dot_dimension_numbers": ANY, "precision_config": _PRECISIONS,
+                                    "algorithm": _ALGORITHMS},
                                    operands=frozenset({"f32"}), results=frozenset({"f32"})),
     # -- collectives over whole mesh axes, as jax.lax writes them ---------------------------
     "stablehlo.all_reduce": Allow(_COLLECTIVE, required=_GROUPED,
@@ -168,9 +173,10 @@ ADVICE = {
     "stablehlo.send": "send blocks with jax.lax.ppermute",
     "stablehlo.recv": "send blocks with jax.lax.ppermute",
     "stablehlo.dot_general": "multiply the float32 arrays as they are (jnp.dot, @, einsum; a "
-                             "precision of DEFAULT, HIGH or HIGHEST is fine): a product split "
-                             "into bfloat16 parts, computed in other types or with a dot "
-                             "algorithm is not priced",
+                             "precision of DEFAULT, HIGH or HIGHEST, or the dot algorithm "
+                             "BF16_BF16_F32_X3 or BF16_BF16_F32_X6, is fine, the default the "
+                             "fastest on a TPU): a product split into bfloat16 parts, computed "
+                             "in other types or with another dot algorithm is not priced",
     "stablehlo.compare": "compare with <, <=, ==, ... on the values (a TOTALORDER comparison is "
                          "only for sorting; jnp.searchsorted on floats writes one: search "
                          "integers instead, or count with jnp.sum(a <= v))",
@@ -215,17 +221,29 @@ class Refusal:
 # ------------------------------------------------------------------------------ reading values
 _ENUM = re.compile(r"#stablehlo<\w+ (\w+)>")
 _CHANNEL_TYPE = re.compile(r"type\s*=\s*(\d+)")
+_DOT_ALGORITHM = re.compile(
+    r"#stablehlo\.dot_algorithm<lhs_precision_type = (\w+), rhs_precision_type = (\w+), "
+    r"accumulation_type = (\w+), lhs_component_count = 1, rhs_component_count = 1, "
+    r"num_primitive_operations = (\d+), allow_imprecise_accumulation = false>")
 _FILE_LINE = re.compile(r'"([^"]+)":(\d+):\d+')
 
 
 def value(name: str, attr) -> str:
     """An attribute's value as the table writes it: an enum's keyword (``FLOAT``), a list of
     them joined by commas (``HIGHEST,HIGHEST``), a string's text, a channel's type (``type =
-    0``); anything else as MLIR prints it."""
+    0``), a dot algorithm by the name of its ``jax.lax.DotAlgorithmPreset``
+    (``BF16_BF16_F32_X3``; one of no preset's shape as MLIR prints it); anything else as MLIR
+    prints it."""
     text = str(attr)
     if name == "channel_handle":
         m = _CHANNEL_TYPE.search(text)
         return f"type = {m.group(1)}" if m else text
+    if name == "algorithm":
+        m = _DOT_ALGORITHM.fullmatch(text)
+        if m is None:
+            return text
+        lhs, rhs, acc, ops = m.groups()
+        return f"{lhs}_{rhs}_{acc}".upper() + (f"_X{ops}" if ops != "1" else "")
     enums = _ENUM.findall(text)
     if enums:
         return ",".join(enums)

@@ -172,8 +172,12 @@ class Profile:
         shown = ", ".join(f"{n} {k}" for k, n in kinds.most_common(KINDS_SHOWN))
         if len(kinds) > KINDS_SHOWN:
             shown += f", {len(kinds) - KINDS_SHOWN} more kinds"
+        # a program that ends on a transfer waits for it with nothing left to compute
+        last = waits[-1] if waits and waits[-1].kind == "comm" else None
         if exposed:
             after = f"{len(exposed)} computation(s) wait for a transfer:"
+        elif last is not None:
+            after = "it ends on a transfer:"
         elif self.student.timeline.summary()["comm_us"] > 0:
             after = "no computation waits for a transfer (the communication is hidden)"
         else:
@@ -184,6 +188,9 @@ class Profile:
         if len(exposed) > critical_lines:
             lines.append(f"    ... and {len(exposed) - critical_lines} more (p.waits() lists "
                          "the whole path)")
+        if last is not None:
+            lines.append(f"    the program ends with {last.task} (comm, {last.duration_us:.1f} "
+                         "us), with nothing left to compute while it travels")
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
 
@@ -226,8 +233,10 @@ def case_args(problem, mesh, *, shape=None, dtype=None, seed: int = 0,
     if shape is not None:
         dims = SHAPE_DIMS.get(problem.name)
         if dims is None:
-            raise ValueError(f"--shape is defined for {sorted(SHAPE_DIMS)}; for "
-                             f"{problem.name} the registry's 'speed' case is used")
+            raise ValueError(f"a shape (B, D, F) is defined for {', '.join(sorted(SHAPE_DIMS))}"
+                             f"; {problem.name} is modeled at the registry's 'speed' case")
+        if len(shape) != len(SHAPE_LETTERS):
+            raise ValueError(f"a shape is (B, D, F), three sizes; got {tuple(shape)}")
         sizes = dict(zip(SHAPE_LETTERS, shape))
         raw = [np.zeros(tuple(sizes[c] for c in d), np.float32) for d in dims]
     else:
@@ -292,14 +301,23 @@ def profile(fn, problem, mesh=(2, 4), args=None, *, chip=None, shape=None, dtype
         if args is None:
             args = case_args(problem, mesh, shape=shape, dtype=dtype)
         st, base = compare(problem, fn, mesh, args, chip=chip, program=program)
-    prof = Profile(st, base, problem=problem.name, limit=problem.threshold("tpu_model"),
-                   notes=notes)
+    return profile_of(st, base, problem, notes=notes, png=png,
+                      title=title or getattr(fn, "__name__", problem.name))
+
+
+def profile_of(st: Modeled, base: Modeled, problem, *, notes=(), png: Optional[str] = "",
+               title: Optional[str] = None, graded: bool = True) -> Profile:
+    """The :class:`Profile` of two models already made (``png`` and ``title`` as in
+    :func:`profile`): how ``tpu_profile`` shows the models the grader's speed check judges.
+    ``graded``: the models are of the grader's speed case, so its limit is shown beside the
+    ratio (else no limit: it applies at that case only)."""
+    prof = Profile(st, base, problem=problem.name,
+                   limit=problem.threshold("tpu_model") if graded else None, notes=list(notes))
     if png is not None:
         if png == "":
             fd, png = tempfile.mkstemp(prefix=f"profile-{problem.name}-", suffix=".png")
             os.close(fd)
-        name = title or getattr(fn, "__name__", problem.name)
-        panels = [(f"{name} (yours)", st.timeline)]
+        panels = [(f"{title or problem.name} (yours)", st.timeline)]
         if base.timeline.tasks:  # recorded figures have no timeline to draw
             panels.append(("jit baseline", base.timeline))
         prof.png = plot_timelines(panels, png)

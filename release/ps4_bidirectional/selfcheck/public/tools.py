@@ -65,7 +65,7 @@ def time_vs_jit(f, baseline, *args, reps: int = 5) -> float:
     return s / b
 
 
-def tpu_profile(name: str, fn, mesh=None, chip: str = "v5e"):
+def tpu_profile(name: str, fn, mesh=None, chip: str = "v5e", shape=None):
     """How ``fn`` (the graded function ``name``) would run on a TPU, against jit.
 
     Returns a profile that shows itself as a few lines (modeled times, the ratio beside the
@@ -73,27 +73,79 @@ def tpu_profile(name: str, fn, mesh=None, chip: str = "v5e"):
     modeled) and the timeline picture (a lane for compute, one per ring link and direction;
     it needs matplotlib, the text does not). ``print(p)`` gives the lines alone. ``mesh``: the
     mesh to model on (default: the grader's speed mesh); a function without a mesh argument
-    needs none. The model is the grader's own (a copy travels in the self-check package);
-    nothing is modeled while nbgrader grades the notebook.
+    needs none. The program is priced as the grader's speed check prices it, with the grader's
+    own code (a copy travels in the self-check package): on the speed case's shapes (the
+    values of seed 0), its loops and branches as one instrumented run of it there measured
+    them, and its compute scaled up where XLA counts more FLOPs than the model; the notes say
+    when either changed the figure. ``shape``: (B, D, F) of a matmul problem, to model it at
+    other sizes (arrays of zeros) than the grader's speed case; the grader's limit applies at
+    its speed case only, so none is shown then. Nothing is modeled while nbgrader grades the
+    notebook.
     """
     if os.environ.get("NBGRADER_EXECUTION"):
         return None
     import importlib.util
 
     from ..core.meshes import make_mesh
-    from ..tpumodel import profile
+    from ..tpumodel.chips import get_chip
+    from ..tpumodel.hlo import ModelError
+    from ..tpumodel.profile import case_args, profile_of
     from .check import problem
+    from .measure import Unpriced, branches_text, floor_text, kept_baseline, speed_models
 
     entry = problem(name)
     if entry.baseline is None and getattr(entry, "baseline_model", None) is None:
         print(f"{name}: the grader does not compare its speed with a jit baseline")
         return None
+    chip_name = get_chip(chip).name
+    try:
+        kept = kept_baseline(entry, chip_name)
+    except ValueError as e:
+        print(f"{name}: cannot model the jit baseline here: {e}")
+        return None
+    layout = tuple(entry.speed_layout)
+    notes = []
+    if shape is not None:
+        if kept is not None:
+            print(f"{name}: the jit baseline's code stays with the grader, which modeled it at "
+                  "its speed case only: call tpu_profile without shape")
+            return None
+        shape = tuple(int(v) for v in shape)
+        notes.append(f"at B, D, F = {', '.join(map(str, shape))} (zeros), not the grader's "
+                     "speed case: no limit applies to this ratio (tpu_profile without shape "
+                     "shows the one the grade reads)")
+    if kept is not None:  # the baseline's code stays with the grader: its figures travel
+        notes.append("the jit baseline's code stays with the grader (it would give an exercise "
+                      "away): its figures were modeled there, at the grader's speed case"
+                      f"{f' on mesh {layout[0]}x{layout[1]}' if entry.uses_mesh else ''}, and "
+                      "yours at the same")
+        mesh = None  # compared where the figures were taken
     if mesh is None or not entry.uses_mesh:  # a single-device function: any mesh places it
-        mesh = make_mesh(*entry.speed_layout)
+        mesh = make_mesh(*layout)
+    try:
+        args = case_args(entry, mesh, shape=shape)
+    except ValueError as e:  # a shape for a problem that has none
+        print(f"{name}: {e}")
+        return None
+    try:
+        st, base, floor = speed_models(entry, fn, mesh, args, chip=chip_name, baseline=kept)
+    except (Unpriced, ModelError) as e:
+        print(f"{name}: the TPU model cannot price this program: {str(e)[:300]}. The grader's "
+              "speed check fails it too; write the program with the shard_map, collectives "
+              "and loops the exercise asks for")
+        return None
+    if st.trips:
+        notes.append(trips_text(st.trips) + ", as the grader does")
+    if st.branches:
+        notes.append(branches_text(st.branches) + ", as the grader does")
+    if floor is not None and floor.applies:
+        notes.append(floor_text(floor.factor))
+    if st.bounds:
+        notes.append("an upper bound, since the model cannot know which way the program goes "
+                     f"({'; '.join(st.bounds)})")
     drawn = importlib.util.find_spec("matplotlib") is not None
-    prof = profile(fn, entry, mesh, chip=chip, png="" if drawn else None)
-    if prof.student.trips:
-        prof.notes.append(trips_text(prof.student.trips) + ", as the grader does")
+    prof = profile_of(st, base, entry, notes=notes, png="" if drawn else None,
+                      title=getattr(fn, "__name__", name), graded=shape is None)
     if not drawn:
         prof.notes.append("the timeline picture needs matplotlib: pip install matplotlib "
                           "(then restart the kernel)")

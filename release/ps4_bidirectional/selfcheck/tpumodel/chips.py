@@ -11,10 +11,11 @@ one pass, and so is a float32 dot at JAX's default precision (what the jit basel
 rounds its operands to bf16), so a product split into bf16 parts ("bf16x3": three dots) costs
 three passes against the baseline's one and buys nothing. Every pass is priced at one rate,
 :data:`PASS_FLOPS` of the bf16 peak: the rate the published example reaches (below). A float32 dot
-at HIGH or HIGHEST precision (three or six passes on the device) is priced as one pass too, the
-baseline's price: the precision changes nothing on the CPU where the values are checked, and the
-course's honest answers that ask for HIGHEST (tests/verdicts.json) keep their marks. int8 runs at
-the int8 rate in proportion.
+at HIGH precision is three passes and at HIGHEST six, as the device runs them (the
+``jax.lax.Precision`` docstring: "On TPU: performs float32 computations in 3 bfloat16 passes",
+"in 6"), and so are the dot algorithms BF16_BF16_F32_X3 and _X6 (:func:`.cost.mxu_passes`): the
+precision changes nothing on the CPU where the values are checked, but six passes against the
+baseline's one is what a TPU would time. int8 runs at the int8 rate in proportion.
 
 Elementwise arithmetic and reductions run on the vector unit (VPU), not the MXU: an (8, 128) array
 of lanes with 4 ALUs each, one f32 operation per ALU and cycle. Its rate is 4096 operations per
@@ -59,10 +60,10 @@ class Chip:
     source: str
 
     def matmul_flops(self, dtype: str) -> float:
-        """Achievable matmul FLOP/s for operands of this HLO element type: one priced MXU pass
-        (:data:`PASS_FLOPS` of the bf16 peak) for bf16, f16 and f32 alike, whatever the
-        precision (see the module's docstring); int8 and 8-bit floats at the int8 rate in
-        proportion."""
+        """Achievable matmul FLOP/s for operands of this HLO element type, per MXU pass: one
+        priced pass (:data:`PASS_FLOPS` of the bf16 peak) for bf16, f16 and f32 alike (a
+        float32 matmul at HIGH or HIGHEST takes 3 or 6 of them, :func:`.cost.mxu_passes`);
+        int8 and 8-bit floats at the int8 rate in proportion."""
         rate = self.bf16_flops * PASS_FLOPS
         if dtype in ("s8", "u8", "s4", "u4") or dtype.startswith("f8"):
             rate *= self.int8_flops / self.bf16_flops

@@ -85,6 +85,7 @@ class Task:
     bytes: float = 0.0
     comm_bytes: float = 0.0
     unit: str = ""  # what bounds a compute kernel: 'mxu', 'vpu' or 'mem'
+    passes: int = 1  # the most MXU passes one of its matmuls takes (HIGH: 3, HIGHEST: 6)
 
 
 # ------------------------------------------------------------------------------ mesh geometry
@@ -311,6 +312,42 @@ def fuse(nodes: list[Node], live_out: frozenset) -> list[list[int]]:
     return [sorted(ms) for _, ms in sorted(members.items(), key=lambda kv: min(kv[1]))]
 
 
+#: MXU passes of a float32 matmul on a TPU, by its operands' precision as the HLO writes it
+#: (``operand_precision={highest,highest}``; none written: DEFAULT). Source: the docstring of
+#: ``jax.lax.Precision`` (JAX 0.10.2): DEFAULT "On TPU: performs float32 computations in
+#: bfloat16" (one pass), HIGH "in 3 bfloat16 passes", HIGHEST "in 6 bfloat16" passes.
+PRECISION_PASSES = {"default": 1, "high": 3, "highest": 6}
+#: MXU passes of the dot algorithms the op table admits (``algorithm=dot_bf16_bf16_f32_x3``):
+#: ``jax.lax.DotAlgorithmPreset.BF16_BF16_F32_X3`` "uses 3 operations to emulate higher
+#: precision", ``_X6`` "6 operations" (its docstrings): the algorithms of HIGH and HIGHEST on a
+#: TPU. Any other algorithm has no cost rule.
+ALGORITHM_PASSES = {"dot_bf16_bf16_f32_x3": 3, "dot_bf16_bf16_f32_x6": 6}
+
+
+def mxu_passes(n: Node) -> int:
+    """The MXU passes a TPU runs a matmul ``n`` in, each at the one calibrated pass rate
+    (:data:`.chips.PASS_FLOPS`): a float32 matmul takes the passes of the dearer of its two
+    operands' precisions (:data:`PRECISION_PASSES`; a TPU multiplies at one precision, and XLA
+    picks the higher of the two where it must choose, as its GPU GemmConfig does: the TPU
+    compiler's own rule is not public, and the dearer is the sound price), or of its algorithm
+    (:data:`ALGORITHM_PASSES`); any other operands (bf16, integers) take one pass at any
+    precision: the MXU multiplies them as they are."""
+    algorithm = n.attrs.get("algorithm")
+    if algorithm is not None and algorithm not in ALGORITHM_PASSES:
+        raise ModelError(f"the matmul algorithm {algorithm!r} ({n.label or n.opcode}) has no "
+                         "cost rule")
+    if not n.inputs or n.inputs[0].shape.dtype != "f32":
+        return 1
+    named = n.attrs.get("operand_precision", "{}").strip("{}")
+    precisions = [p.strip() for p in named.split(",") if p.strip()]
+    unknown = [p for p in precisions if p not in PRECISION_PASSES]
+    if unknown:
+        raise ModelError(f"the matmul precision {unknown[0]!r} ({n.label or n.opcode}) has no "
+                         "cost rule")
+    return max([PRECISION_PASSES[p] for p in precisions]
+               + [ALGORITHM_PASSES.get(algorithm, 1)])
+
+
 def dot_flops(n: Node) -> float:
     out = n.out[0]
     lhs = n.inputs[0].shape
@@ -404,13 +441,19 @@ def build_tasks(nodes: list[Node], out_value, geo: Geometry, chip: chipmod.Chip,
             continue
         vector = 0.0
         flops_by_dtype: dict[str, float] = {}
+        pass_flops: dict[str, float] = {}  # FLOPs times MXU passes
+        passes = 1  # the most passes one matmul of the kernel takes
         read: dict = {}
         written = 0.0
         for m in ms:
             n = nodes[m]
             if n.opcode in HEAVY:
                 dt = n.inputs[0].shape.dtype
-                flops_by_dtype[dt] = flops_by_dtype.get(dt, 0.0) + dot_flops(n)
+                f, k = dot_flops(n), mxu_passes(n)
+                flops_by_dtype[dt] = flops_by_dtype.get(dt, 0.0) + f
+                # the MXU's time is its passes' (FLOPs stay FLOPs: XLA's floor counts those)
+                pass_flops[dt] = pass_flops.get(dt, 0.0) + f * k
+                passes = max(passes, k)
             elif n.opcode in VECTOR:
                 vector += vector_ops(n)
             for i, l in enumerate(n.inputs):
@@ -432,7 +475,7 @@ def build_tasks(nodes: list[Node], out_value, geo: Geometry, chip: chipmod.Chip,
                 else:
                     written += float(n.out_bytes)
         nbytes = sum(read.values()) + written
-        t_mxu = sum(f / chip.matmul_flops(dt) for dt, f in flops_by_dtype.items())
+        t_mxu = sum(f / chip.matmul_flops(dt) for dt, f in pass_flops.items())
         t_vpu = vector / chip.vpu_ops
         t_mem = nbytes / chip.hbm_bw
         dur = max(t_mxu + t_vpu, t_mem) + chipmod.KERNEL_OVERHEAD_S
@@ -444,11 +487,12 @@ def build_tasks(nodes: list[Node], out_value, geo: Geometry, chip: chipmod.Chip,
             unit, bound = ("mxu" if flops_by_dtype else "mem"), "memory"
         else:
             unit, bound = ("mxu" if t_mxu >= t_vpu else "vpu"), "compute"
-        desc = (f"{len(ms)} op(s), {sum(flops_by_dtype.values()) / 1e9:.2f} GFLOP, "
+        desc = (f"{len(ms)} op(s), {sum(flops_by_dtype.values()) / 1e9:.2f} GFLOP"
+                f"{f' in {passes} MXU passes' if passes > 1 else ''}, "
                 f"{vector / 1e9:.2f} G vector ops, {nbytes / 2**20:.2f} MiB, {bound}-bound")
         tasks.append(Task(tid, "compute", lab, dur, ("compute",), deps, list(ms), desc,
                           flops=sum(flops_by_dtype.values()), vector=vector, bytes=nbytes,
-                          unit=unit))
+                          unit=unit, passes=passes))
     for t in tasks:
         t.deps = {task_of[d] for d in t.deps} - {t.id}
     return tasks
