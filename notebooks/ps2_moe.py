@@ -355,3 +355,9 @@ memory_profile("moe_topk", moe_topk)
 #   cost when the routing is balanced?
 # * Real MoE layers cap each expert's load ("capacity factor") and drop the overflow: how would
 #   that change the loop?
+# * Problem 1's buffers do `E` times the useful matmul work. Sort the tokens by expert and cut
+#   them into blocks of `c` rows: a block holds the tokens of at most a few experts, so one
+#   matmul per (block, expert) pair does about `(S + E*c) * 2*D*F` FLOPs. Write it with a loop
+#   over those pairs and compare its FLOPs with the dense program's at `E = 8` and `E = 64`
+#   (`jax.jit(f).lower(*args).compile().cost_analysis()` gives XLA's count). The grader does
+#   not ask for this: Problem 1 is held to memory and to the dense baseline's speed.
