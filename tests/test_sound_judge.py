@@ -153,6 +153,14 @@ def test_xla_flushes_subnormals_numpy_keeps_them():
     ("gspmd_boundary_ring", "matmul_allgather", "XLA adds 1 collective(s)"),
     ("gspmd_weight_gather", "moe_all_to_all", "added by XLA"),
     ("gspmd_weight_gather", "moe_topk", "added by XLA"),
+    # a known open attack: the rules bound the all_to_all's bytes from below only, and this
+    # all-gather sends as many bytes as an honest exchange padded to the worst-case round count
+    # (fixtures/ps2_moe/alt_loops.py), so bytes cannot tell them apart. What can: whether a
+    # group's received slabs change when only tokens NOT routed to it change (a perturbed
+    # rerun; see the fixture's docstring); not built yet. Strict: remove the mark when it is.
+    pytest.param("moe_a2a_gather", "moe_all_to_all", "all-gather of A over X",
+                 marks=pytest.mark.xfail(strict=True, reason="open: an all_to_all that delivers "
+                                         "every token to every X-group passes structure")),
 ])
 def test_crafted_program_fails_structure(fixture, function, says):
     # two meshes (the first two of the grader's four): a program failing there fails the grade
