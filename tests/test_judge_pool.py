@@ -68,7 +68,7 @@ def test_a_judge_stopped_on_a_hang_is_never_given_another_submission(pool, tmp_p
     hangs.write_text(HANGS)
     right = _hand_in(tmp_path, "a", ROOT / "solutions" / "ps1_sharding.py")
     before = pool.started
-    lim = {"per_function_s": 8.0}  # short, as a course may set it: the hang costs that
+    lim = {"per_function_s": 5.0}  # short, as a course may set it: the hang costs that
     res = grade_submission(hangs, _opts(only=["shard_average_jit"], limits=lim))
     f = res.functions["shard_average_jit"]
     assert f.score == 0 and not f.regrade, f.report()

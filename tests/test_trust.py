@@ -396,7 +396,7 @@ def roll_diff(A, shift, mesh):
                          in_specs=P('X', 'Y'), out_specs=P('X', 'Y'))(A)
 ''')
     res = grade_path(src, "ps1_sharding", quick=True, with_speed=False,
-                     limits=Limits(per_function_s=8, load_s=45))
+                     limits=Limits(per_function_s=5, load_s=45))
     f = res.functions
     assert "not found" in f["shard_average_jit"].checks[0].message
     assert f["shard_average_shard_map"].score == 0
