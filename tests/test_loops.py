@@ -338,3 +338,36 @@ def test_branches_pinned_per_device():
     text = compile_partitioned(jax.jit(fixed.call).lower(a, w))[1]
     got = model_hlo(text, (4, 2), ("X", "Y"), measured=run.per_device((4, 2), ("X", "Y")))
     assert got.devices == 8
+
+
+def _exchange_rounds(x):
+    """Per device of a 4x2 mesh: two rounds of an all_to_all over X (inside a fori_loop) of its
+    [4, 3] rows, row j to X-group j: group g receives row g of every group's block."""
+    def local(v):
+        return jax.lax.fori_loop(
+            0, 2, lambda r, acc: acc + jax.lax.all_to_all(v * (r + 1.0), "X", 0, 0, tiled=True),
+            jnp.zeros_like(v))
+
+    mesh = make_mesh(4, 2)
+    return jax.jit(jax.shard_map(local, mesh=mesh, in_specs=P("X"), out_specs=P("X"),
+                                 check_vma=False))(x)
+
+
+def test_received_checksums_change_only_where_the_changed_row_arrives():
+    """``loops.received``: a checksum per device of what its all_to_alls delivered (summed over
+    a loop's rounds); changing row 2 of X-group 1's block changes it on group 2's devices
+    (ids 4, 5) and nowhere else; the same input, or a 0.0 made -0.0, changes nothing."""
+    mesh = make_mesh(4, 2)
+    x = np.arange(48, dtype=np.float32).reshape(16, 3)  # x[0, 0] == 0.0
+    place = lambda v: jax.device_put(v, NamedSharding(mesh, P("X")))  # noqa: E731
+    row = x.copy()
+    row[1 * 4 + 2, 1] += 0.5
+    negzero = x.copy()
+    negzero[0, 0] = -0.0
+    exp = _export(_exchange_rounds, place(x))
+    sums = loops.received(exp, [[place(v)] for v in (x, x, row, negzero)], (4, 2), ("X", "Y"))
+    assert sums[0].shape == (8, 1)
+    np.testing.assert_array_equal(sums[0], sums[1])
+    np.testing.assert_array_equal(sums[0], sums[3])
+    changed = np.flatnonzero(sums[0][:, 0] != sums[2][:, 0])
+    assert changed.tolist() == [4, 5], changed

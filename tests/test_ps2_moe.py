@@ -266,3 +266,69 @@ def test_memory_profile_shows_the_graders_figure_and_bound(path, name):
     assert f"{prof.bound / 2**20:.2f}" in {f"{v:.2f}" for v in mib}, (prof, mem.message)
     assert prof.passes == mem.passed
     assert ("within" if mem.passed else "OVER") in prof.text()
+
+
+def test_unrouted_perturbations_redraw_only_tokens_a_group_must_not_receive():
+    """For each X-group g: A with exactly the rows of tokens living outside g and routed to
+    none of g's experts drawn afresh (their devices are g's row of the mesh)."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((8, 4)).astype(np.float32)
+    b = np.array([[0, 1], [2, 3], [0, 0], [1, 1], [2, 2], [3, 3], [0, 3], [1, 2]], np.int32)
+    w = np.zeros((4, 4, 2), np.float32)  # 2 X-groups: experts {0, 1} and {2, 3}
+    got = rules_moe.unrouted_perturbations((a, b, w), (2, 3))
+    assert [devices for devices, _ in got] == [(0, 1, 2), (3, 4, 5)]
+    for (devices, changes), redrawn in zip(got, ([4, 5], [0, 2, 3])):
+        new = changes[0]
+        changed = np.flatnonzero(np.any(new != a, axis=1)).tolist()
+        assert changed == redrawn, (devices, changed)
+    assert rules_moe.unrouted_perturbations((a, b, w), (1, 6)) == []
+
+
+@pytest.mark.orchestration
+def test_received_changed_rule_reads_the_readers_measure():
+    """all_to_all_carries_only_routed_tokens: not applicable unmeasured (or on one X-group),
+    passes when nothing changed, fails saying what to do when something did."""
+    from types import SimpleNamespace
+
+    from autograder.core.program import Program
+
+    rule = rules_moe.all_to_all_carries_only_routed_tokens
+    prog = Program(ops=[], jaxpr_text="")
+    mesh = SimpleNamespace(shape={"X": 2, "Y": 4})
+    assert rule(prog, mesh, None) is None
+    prog.received_changed = False
+    assert rule(prog, mesh, None).passed
+    assert rule(prog, SimpleNamespace(shape={"X": 1, "Y": 8}), None) is None
+    prog.received_changed = True
+    res = rule(prog, mesh, None)
+    assert not res.passed and "only the tokens routed to its experts" in res.message
+
+
+
+def _received_changed(path, name, layout=(2, 4)):
+    """The reader's perturbed rerun (:func:`autograder.course.reading.read_paths` given
+    :func:`rules_moe.unrouted_perturbations`) of ``name`` in ``path`` on a 'grade' case."""
+    from autograder.core.compiling import FAST_CPU_COMPILE, runner
+    from autograder.course.reading import export_for_reading, perturbations_of, read_paths
+
+    prob = registry.get(name)
+    mesh = make_mesh(*layout)
+    args = prob.case(np.random.default_rng(1), *layout, "grade").args
+    placed = [jax.device_put(a, NamedSharding(mesh, s)) for a, s in zip(args, prob.in_specs)]
+    fn = functools.partial(_ns(str(path))[name], mesh=mesh)
+    exported, dynamic = export_for_reading(fn, placed)
+    rules = (rules_moe.all_to_all_carries_only_routed_tokens,)
+    paths = read_paths(exported, mesh, "", dynamic, args, run=runner(FAST_CPU_COMPILE),
+                       perturbations=perturbations_of(rules))
+    assert paths.error is None, paths.error
+    return {prog.received_changed for _, prog in paths.programs}
+
+
+def test_perturbed_rerun_tells_the_exchange_from_an_all_gather_in_its_clothing():
+    """An honest exchange delivers a group the same bits when only tokens it must not receive
+    change; the all-gather written as all_to_all rounds (tests/fixtures/attacks) does not.
+    (The rule is not among the registry's: an exchange leaving copies of other rows in its
+    padding slots fails it too; see all_to_all_carries_only_routed_tokens.)"""
+    attack = ROOT / "tests" / "fixtures" / "attacks" / "moe_a2a_gather.py"
+    assert _received_changed(ROOT / "solutions" / "ps2_moe.py", "moe_all_to_all") == {False}
+    assert _received_changed(attack, "moe_all_to_all", (4, 2)) == {True}

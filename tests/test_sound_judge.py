@@ -157,7 +157,9 @@ def test_xla_flushes_subnormals_numpy_keeps_them():
     # all-gather sends as many bytes as an honest exchange padded to the worst-case round count
     # (fixtures/ps2_moe/alt_loops.py), so bytes cannot tell them apart. What can: whether a
     # group's received slabs change when only tokens NOT routed to it change (a perturbed
-    # rerun; see the fixture's docstring); not built yet. Strict: remove the mark when it is.
+    # rerun: rules.moe.all_to_all_carries_only_routed_tokens, built but not among ps2's rules,
+    # as it also fails an honest exchange that leaves copies of other rows in its padding
+    # slots). Strict: remove the mark when the rule is wired in.
     pytest.param("moe_a2a_gather", "moe_all_to_all", "all-gather of A over X",
                  marks=pytest.mark.xfail(strict=True, reason="open: an all_to_all that delivers "
                                          "every token to every X-group passes structure")),

@@ -44,6 +44,7 @@ from ..core.problem import Case, Problem
 from ..core.records import ArgSpec, ExportRequest, spec_of
 from ..core.results import CheckResult, FunctionResult, failed, skipped
 from ..course import checks
+from ..course.reading import perturbations_of
 from .artifacts import Artifact, ArtifactError, load_artifact
 from .bigcases import BigCase, BigCaseStore, big_case
 from .reuse import VerdictStore, artifact_digest, function_key, located_digest
@@ -708,7 +709,8 @@ def run_case(programs: Programs, layout, case: Case, *, want_program: bool,
                 art = programs.artifact(layout, case)
                 with phase("read structure"):
                     read_structure(att, art.exported, mesh if problem.uses_mesh else None,
-                                   compiled.as_text(), _dynamic(problem, args))
+                                   compiled.as_text(), _dynamic(problem, args),
+                                   perturbations=perturbations_of(problem.rules))
     except ArtifactError as e:
         att.error = str(e)
     except BaseException as e:  # noqa: BLE001
@@ -718,17 +720,21 @@ def run_case(programs: Programs, layout, case: Case, *, want_program: bool,
 
 
 def read_structure(att: checks.Attempt, exported, mesh, compiled_text: str, dynamic,
-                   count: Optional[Callable] = None) -> None:
+                   count: Optional[Callable] = None,
+                   perturbations: Optional[Callable] = None) -> None:
     """Read the program's structure into ``att`` with the reader the self-check uses
     (:func:`autograder.course.reading.read_paths`): a program with loops or conditionals runs
     once more, instrumented, on this case's arrays (the student's work; ``count``: that run's
-    per-device counts, taken by the caller), the reading is the grader's."""
+    per-device counts, taken by the caller), the reading is the grader's. ``perturbations``
+    (the rules', :func:`~autograder.course.reading.perturbations_of`): measured on this case
+    (the numerics case whose structure is read; a big case's reading leaves it out)."""
     from ..course.reading import read_paths
 
     try:
         with student_work():
             paths = read_paths(exported, mesh, compiled_text, dynamic, att.case.args,
-                               run=runner(FAST_CPU_COMPILE), count=count)
+                               run=runner(FAST_CPU_COMPILE), count=count,
+                               perturbations=perturbations)
     except (GraderFault, GradingTimeout, KeyboardInterrupt):
         raise
     except Exception as e:  # noqa: BLE001 - the reader and its instrumented copy are ours
