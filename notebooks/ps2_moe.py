@@ -253,6 +253,11 @@ check_slots(exchange_plan)
 # all-gathered `A`, and it rejects any all-gather of activations over `X`. An `all_gather` over
 # `Y` (to get the full `D` of your own tokens) is fine; it is `X` that must not be gathered.
 #
+# A group must receive only the tokens routed to its experts, so the rows of a chunk that no
+# token fills must be zeros, not copies of other rows (an index clipped to the last token
+# copies that token). The grader checks it by changing the tokens that are not routed to a
+# group and looking at whether anything that group receives changes.
+#
 # <details><summary>Hint: the loop</summary>
 #
 # A `jax.lax.while_loop` whose bound is the busiest (source, destination) pair's rounds, agreed

@@ -153,16 +153,12 @@ def test_xla_flushes_subnormals_numpy_keeps_them():
     ("gspmd_boundary_ring", "matmul_allgather", "XLA adds 1 collective(s)"),
     ("gspmd_weight_gather", "moe_all_to_all", "added by XLA"),
     ("gspmd_weight_gather", "moe_topk", "added by XLA"),
-    # a known open attack: the rules bound the all_to_all's bytes from below only, and this
-    # all-gather sends as many bytes as an honest exchange padded to the worst-case round count
-    # (fixtures/ps2_moe/alt_loops.py), so bytes cannot tell them apart. What can: whether a
-    # group's received slabs change when only tokens NOT routed to it change (a perturbed
-    # rerun: rules.moe.all_to_all_carries_only_routed_tokens, built but not among ps2's rules,
-    # as it also fails an honest exchange that leaves copies of other rows in its padding
-    # slots). Strict: remove the mark when the rule is wired in.
-    pytest.param("moe_a2a_gather", "moe_all_to_all", "all-gather of A over X",
-                 marks=pytest.mark.xfail(strict=True, reason="open: an all_to_all that delivers "
-                                         "every token to every X-group passes structure")),
+    # an all-gather in all_to_all's clothing sends as many bytes as an honest exchange padded
+    # to the worst-case round count (fixtures/ps2_moe/alt_loops.py): what tells them apart is
+    # that a group's received slabs change when only tokens NOT routed to it change (the
+    # perturbed rerun of rules.moe.all_to_all_carries_only_routed_tokens)
+    ("moe_a2a_gather", "moe_all_to_all", "only the tokens routed to its experts"),
+    ("moe_a2a_gather", "moe_topk", "only the tokens routed to its experts"),
 ])
 def test_crafted_program_fails_structure(fixture, function, says):
     # two meshes (the first two of the grader's four): a program failing there fails the grade

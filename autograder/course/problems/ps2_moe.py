@@ -34,7 +34,8 @@ BASELINE_PUBLIC = False
 
 #: a gather of the activations is named first: it is why the all_to_all then carries too little
 ALL_TO_ALL_RULES = (rules.all_of(rules.uses_shard_map, rules_moe.no_activation_gather_over_x,
-                                 rules_moe.tokens_travel_all_to_all),)
+                                 rules_moe.tokens_travel_all_to_all,
+                                 rules_moe.all_to_all_carries_only_routed_tokens),)
 
 
 # -- memory bounds ---------------------------------------------------------------------------
@@ -132,7 +133,9 @@ register(Problem(
     assignment=ASSIGNMENT,
     points=5,
     statement="shard_map: tokens travel to the X-group owning their expert with all_to_all "
-              "(fixed-size chunks in a loop) and back; never all-gathers A over X.",
+              "(fixed-size chunks in a loop) and back; never all-gathers A over X. A group "
+              "receives only the tokens routed to its experts: unused rows of a chunk are "
+              "zeros, not copies of other rows.",
     arg_names=("A", "B", "W"),
     in_specs=(A_SPEC, B_SPEC, W_SPEC),
     out_spec=OUT_SPEC,

@@ -64,4 +64,13 @@ def runner(cpu: dict) -> Callable:
         lowered = jax.jit(fn).lower(*args)
         return lowered.compile(on_cpu(cpu))(*args)
 
+    def run_all(fn, arg_sets):
+        """``fn`` compiled once (on the first set's shapes) and run on each set of ``arg_sets``
+        (all of one signature): its outputs per set."""
+        import jax
+
+        compiled = jax.jit(fn).lower(*arg_sets[0]).compile(on_cpu(cpu))
+        return [compiled(*args) for args in arg_sets]
+
+    run.all = run_all
     return run

@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Optional
 
+import numpy as np
+
 from ..core.optable import refusal
 from ..core.program import Program
 from ..core.results import CheckResult
@@ -56,19 +58,64 @@ def count_error_text(e: Exception) -> str:
             "and keep loops out of loop conditions")
 
 
+def perturbations_of(rules) -> Optional[Callable]:
+    """The ``perturbations`` a rule among ``rules`` (or a rule a factory combined) asks the
+    reader to measure (:func:`read_paths`), None if none does: only the problems whose rules
+    need the measure pay for its runs."""
+    for rule in rules:
+        found = getattr(rule, "perturbations", None)
+        made = getattr(rule, "made_by", None)
+        if found is None and made is not None:
+            found = perturbations_of([a for a in made[1] if callable(a)])
+        if found is not None:
+            return found
+    return None
+
+
+def received_changed(exported, mesh, dynamic, inputs: tuple, perturbations: Callable,
+                     run: Optional[Callable] = None) -> bool:
+    """Whether some device received different bits from an all_to_all when the program ran on
+    a perturbed input: ``perturbations(inputs, mesh shape)`` lists ``(devices, {dynamic
+    argument index: global array})``, each an input whose changes must not reach what those
+    devices receive; one instrumented copy of the program (:func:`~autograder.tpumodel.loops.
+    received`) runs on the case's arrays and on each perturbed input, placed as the case's."""
+    import jax
+
+    from ..tpumodel.loops import received
+
+    shape = tuple(int(s) for s in mesh.devices.shape)
+    names = tuple(str(a) for a in mesh.axis_names)
+    variants = perturbations(inputs, shape)
+    if not variants:
+        return False
+    sets = [list(dynamic)]
+    for _, changes in variants:
+        args = list(dynamic)
+        for i, value in changes.items():
+            args[i] = jax.device_put(value, dynamic[i].sharding)
+        sets.append(args)
+    run_all = getattr(run, "all", None)
+    sums = received(exported, sets, shape, names, run_all=run_all)
+    return any(not np.array_equal(sums[0][list(devices)], got[list(devices)])
+               for (devices, _), got in zip(variants, sums[1:], strict=True))
+
+
 def read_paths(exported, mesh, compiled_text: str, dynamic, inputs: tuple,
                run: Optional[Callable] = None,
-               count: Optional[Callable[[tuple, tuple], list]] = None) -> Paths:
+               count: Optional[Callable[[tuple, tuple], list]] = None,
+               perturbations: Optional[Callable] = None) -> Paths:
     """Read ``exported`` (run on the placed ``dynamic`` arrays where it has loops or branches;
     ``inputs``: the case's arguments, for rules that weigh bytes against the input) on
     ``mesh`` (None for a one-device function). ``run(fn, args)`` runs a program (default
     ``jax.jit(fn)(*args)``); ``count(mesh shape, axis names)``, where given, is that run's
     per-device counts taken by the caller (:meth:`~autograder.tpumodel.loops.CountedRun.per_device`)
-    instead. A program that cannot be counted, or whose communication cannot be read
+    instead. ``perturbations`` (a rule's, :func:`perturbations_of`), where given with a mesh,
+    is measured (:func:`received_changed`) into every path's ``received_changed``. A
+    program that cannot be counted, or whose communication cannot be read
     (:class:`~autograder.core.stablehlo.ProgramUnreadable`), gives a :class:`Paths` with the
     reason (the op table's refusal first: :mod:`autograder.core.optable`); other errors
     propagate."""
-    from ..tpumodel.loops import LoopCountError, device_counts
+    from ..tpumodel.loops import LoopCountError
 
     shape = None if mesh is None else tuple(int(s) for s in mesh.devices.shape)
     names = ("X",) if mesh is None else tuple(str(a) for a in mesh.axis_names)
@@ -83,22 +130,34 @@ def read_paths(exported, mesh, compiled_text: str, dynamic, inputs: tuple,
         return prog
 
     try:
-        if not has_control_flow(exported.mlir_module()):
-            return Paths([((), read())])
-        per_device = (device_counts(exported, dynamic, shape or (1,), names, run=run)
-                      if count is None else count(shape or (1,), names))
-        paths: dict[tuple, tuple] = {}
-        for d, counts in enumerate(per_device):
-            paths.setdefault(counts.key(), (counts, []))[1].append(d)
-        progs = [(tuple(devs), read(counts)) for counts, devs in paths.values()]
-        for _, prog in progs:  # what ran on some device is the written program's, for all
-            prog.ran_elsewhere = frozenset(o.index for _, other in progs if other is not prog
-                                           for o in other.ops if o.count != 0)
-        return Paths(progs)
+        changed = (None if perturbations is None or mesh is None else
+                   received_changed(exported, mesh, dynamic, inputs, perturbations, run))
+        paths = _read(exported, dynamic, shape, names, run, count, read)
+        for _, prog in paths.programs:
+            prog.received_changed = changed
+        return paths
     except LoopCountError as e:
         return Paths(error=count_error_text(e))
     except ProgramUnreadable as e:
         return Paths(error=f"{e}, so its structure cannot be judged")
+
+
+def _read(exported, dynamic, shape, names, run, count, read) -> Paths:
+    """The program's paths (see :func:`read_paths`)."""
+    from ..tpumodel.loops import device_counts
+
+    if not has_control_flow(exported.mlir_module()):
+        return Paths([((), read())])
+    per_device = (device_counts(exported, dynamic, shape or (1,), names, run=run)
+                  if count is None else count(shape or (1,), names))
+    paths: dict[tuple, tuple] = {}
+    for d, counts in enumerate(per_device):
+        paths.setdefault(counts.key(), (counts, []))[1].append(d)
+    progs = [(tuple(devs), read(counts)) for counts, devs in paths.values()]
+    for _, prog in progs:  # what ran on some device is the written program's, for all
+        prog.ran_elsewhere = frozenset(o.index for _, other in progs if other is not prog
+                                       for o in other.ops if o.count != 0)
+    return Paths(progs)
 
 
 def export_for_reading(fn, placed: list, static_argnums: tuple = ()):

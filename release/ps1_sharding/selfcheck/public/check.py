@@ -42,7 +42,7 @@ from ..core.results import (
     passed,
     skipped,
 )
-from ..course.reading import export_for_reading, read_paths
+from ..course.reading import export_for_reading, perturbations_of, read_paths
 from . import measure
 
 #: name -> {'args', 'in_specs', 'out_spec', 'uses_mesh', 'case', 'edges', 'reference', 'rtol',
@@ -230,7 +230,7 @@ def _structure(rules, f, placed, static, mesh, prob, inputs, compiled: str):
     __tracebackhide__ = True  # pytest shows the check's message, not this frame
     exported, dynamic = export_for_reading(f, placed, static)
     paths = read_paths(exported, mesh if prob.uses_mesh else None, compiled, dynamic, inputs,
-                       run=runner(FAST_CPU_COMPILE))
+                       run=runner(FAST_CPU_COMPILE), perturbations=perturbations_of(rules))
     if paths.error is not None:
         return f"structure: {paths.error}", paths.refused is not None
     for devices, res in paths.judge(rules, mesh, prob):

@@ -65,7 +65,8 @@ class Tag:
     """What one extra result of a counting program holds: loop ``loop``'s iterations summed
     over its entries (``kind='trips'``), how many times it was entered (``'entries'``), its
     most iterations in one entry (``'most'``), or how many times branch ``branch`` of
-    conditional ``loop`` ran (``'branch'``). ``manual``: the
+    conditional ``loop`` ran (``'branch'``), or the checksum of what all_to_all ``loop``
+    delivered (``'received'``, :func:`received_module`). ``manual``: the
     mesh axes of the shard_map it came out of (one entry per device along them), if any."""
 
     loop: int
@@ -479,8 +480,8 @@ class CountedRun:
                 at = (int(np.ravel_multi_index([coords[names.index(a)] for a in tag.manual],
                                                sizes)) if tag.manual else 0)
                 c, x = per[d], int(v[at])
-                if tag.kind == "most":
-                    continue  # the model's reading (trips()); the rules weigh totals
+                if tag.kind in ("most", "received"):
+                    continue  # the model's reading (trips()), the checksums' (received())
                 if tag.kind == "trips":
                     c.trips[tag.loop] = c.trips.get(tag.loop, 0) + x
                 elif tag.kind == "entries":
@@ -491,6 +492,31 @@ class CountedRun:
                     got[tag.branch] += x
                     c.branches[tag.loop] = tuple(got)
         return per
+
+
+    def received(self, mesh_shape: Sequence[int], axis_names: Sequence[str]) -> np.ndarray:
+        """[device (row-major id), exchange]: the checksum of what each device received from
+        each all_to_all (tags ``'received'``, :func:`received_module`)."""
+        shape = tuple(int(s) for s in mesh_shape) or (1,)
+        n_dev = int(np.prod(shape, dtype=np.int64))
+        names = list(axis_names)
+        cols = []
+        for tag, v in zip(self.tags, self.values, strict=True):
+            if tag.kind != "received":
+                continue
+            if any(a not in names for a in tag.manual):
+                raise LoopCountError(f"a shard_map over axes {tag.manual} of a mesh {names}")
+            sizes = [shape[names.index(a)] for a in tag.manual]
+            if v.size != int(np.prod(sizes, dtype=np.int64)):
+                raise LoopCountError(f"{v.size} checksums for a shard_map over {tag.manual}")
+            col = np.zeros(n_dev, np.int64)
+            for d in range(n_dev):
+                coords = np.unravel_index(d, shape)
+                at = (int(np.ravel_multi_index([coords[names.index(a)] for a in tag.manual],
+                                               sizes)) if tag.manual else 0)
+                col[d] = int(v[at])
+            cols.append(col)
+        return np.stack(cols, axis=1) if cols else np.zeros((n_dev, 0), np.int64)
 
 
 def count_run(exported, args: Sequence, run: Callable | None = None,
@@ -529,3 +555,114 @@ def pinned(exported, trips: Sequence[int], branches: Mapping[int, Sequence[int]]
     """``exported`` with every loop stopping after its count in ``trips`` and the conditionals
     of ``branches`` running the branches a run took (:meth:`CountedRun.taken`)."""
     return _with_module(exported, pinned_module(exported.mlir_module(), trips, branches))
+
+
+# -- what the all_to_alls deliver ------------------------------------------------------------
+
+#: the ops whose results are tokens exchanged between devices, as :func:`received_module` weighs
+#: them (``ragged_all_to_all`` is a custom call in JAX's StableHLO)
+_EXCHANGES = ("stablehlo.all_to_all",)
+_EXCHANGE_TARGETS = ("ragged_all_to_all",)
+
+
+def _exchanges(module) -> list:
+    found = []
+
+    def visit(op):
+        op = op.operation
+        if op.name in _EXCHANGES or (
+                op.name == "stablehlo.custom_call"
+                and str(ir.StringAttr(op.attributes["call_target_name"]).value)
+                in _EXCHANGE_TARGETS):
+            found.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return found
+
+
+def _checksum(value, ip):
+    """An i32 scalar that any change of ``value``'s bits changes (but for a 2**-32 chance): its
+    elements read as i32 (a float's bits, -0.0 read as 0.0), each times an odd weight of its
+    position, summed with wrap-around (an odd weight is invertible modulo 2**32)."""
+    typ = ir.RankedTensorType(value.type)
+    shape, et = list(typ.shape), typ.element_type
+    i32 = ir.IntegerType.get_signless(32)
+    ints = ir.RankedTensorType.get(shape, i32)
+    if isinstance(et, (ir.F16Type, ir.BF16Type, ir.F32Type, ir.F64Type)):
+        f32 = ir.F32Type.get()
+        floats = ir.RankedTensorType.get(shape, f32)
+        x = value if isinstance(et, ir.F32Type) else hlo.ConvertOp(floats, value, ip=ip).result
+        x = hlo.BitcastConvertOp(ints, x, ip=ip).result
+        # -0.0 (a zeroed slot of a negative row: x * 0) is 0.0, in integers (XLA folds x + 0.0)
+        negzero = hlo.CompareOp(x, _const(-2**31, ints, ip),
+                                hlo.ComparisonDirectionAttr.get("EQ"), ip=ip).result
+        x = hlo.SelectOp(negzero, _const(0, ints, ip), x, ip=ip).result
+    elif isinstance(et, ir.IntegerType):
+        x = (hlo.BitcastConvertOp(ints, value, ip=ip).result if et.width == 32
+             else hlo.ConvertOp(ints, value, ip=ip).result)
+    else:
+        raise LoopCountError(f"an all_to_all of {et} cannot be weighed")
+    pos = _const(0, ints, ip)
+    stride = 1
+    for dim in reversed(range(len(shape))):
+        at = hlo.IotaOp(ints, dim, ip=ip).result
+        pos = hlo.AddOp(pos, hlo.MulOp(at, _const(stride, ints, ip), ip=ip).result, ip=ip).result
+        stride *= int(shape[dim])
+    odd = hlo.AddOp(hlo.MulOp(pos, _const(2, ints, ip), ip=ip).result, _const(1, ints, ip),
+                    ip=ip).result
+    weight = hlo.MulOp(odd, _const(-1640531535, ints, ip), ip=ip).result  # 0x9E3779B1, odd
+    prod = hlo.MulOp(x, weight, ip=ip).result
+    scalar = _i32()
+    red = hlo.ReduceOp([scalar], [prod], [_const(0, scalar, ip)], list(range(len(shape))), ip=ip)
+    body = red.regions[0].blocks.append(scalar, scalar)
+    inner = ir.InsertionPoint(body)
+    hlo.ReturnOp([hlo.AddOp(body.arguments[0], body.arguments[1], ip=inner).result], ip=inner)
+    return red.result
+
+
+def received_module(text: str):
+    """(module, tags): ``text`` handing out of ``@main``, for each all_to_all (and
+    ragged_all_to_all) in program order, a checksum of what each device received from it,
+    summed (wrapping) over every time it ran (``Tag(i, 'received')``, carried out of loops,
+    branches, calls and shard_maps as the loop counts are): two runs whose results a device
+    received from the exchanges differ give it different checksums (but for a 2**-32 chance)."""
+    ctx, module = _parse(text)
+    with ctx, ir.Location.unknown():
+        sums = []
+        for op in _exchanges(module):
+            ip = ir.InsertionPoint.after(op)
+            total = None
+            for r in op.results:
+                s = _checksum(r, ip)
+                total = s if total is None else hlo.AddOp(total, s, ip=ip).result
+            sums.append(total)
+        esc = _Escaper(module)
+        for i, s in enumerate(sums):
+            esc.escape(s, Tag(i, "received"))
+        if not module.operation.verify():
+            raise LoopCountError("the program weighing its all_to_alls does not verify")
+    return module, esc.tags
+
+
+def received(exported, arg_sets: Sequence[Sequence], mesh_shape: Sequence[int],
+             axis_names: Sequence[str], run_all: Callable | None = None) -> list[np.ndarray]:
+    """Per argument set of ``arg_sets`` (placed arrays), the checksums of what each device
+    received from each all_to_all (:func:`received_module`), as an array [device (row-major
+    id), exchange]; one compiled program runs them all (``run_all(fn, arg_sets)``: its outputs
+    per set; default ``jax.jit``)."""
+    import jax
+
+    module, tags = received_module(exported.mlir_module())
+    if not tags:
+        return [np.zeros((int(np.prod(mesh_shape, dtype=np.int64)), 0), np.int32)
+                for _ in arg_sets]
+    shapes = _result_shapes(module)[-len(tags):]
+    weighing = _with_module(exported, module, [(s, np.int32) for s in shapes])
+    fn = weighing.call
+    outs = (run_all or (lambda f, sets: [jax.jit(f)(*a) for a in sets]))(fn, list(arg_sets))
+    result = []
+    for o in outs:
+        run = CountedRun(list(tags), [np.asarray(v).reshape(-1) for v in o[1:]])
+        result.append(run.received(mesh_shape, axis_names))
+    return result

@@ -313,6 +313,10 @@ class Program:
     #: the indices of the dots and collectives whose results reach the function's outputs
     #: (None where the data flow was not traced, see :attr:`Op.from_ops`)
     out_from_ops: frozenset | None = None
+    #: whether some device received different bits from an all_to_all when the reader reran
+    #: the program on inputs that must not change what it receives (a rule's ``perturbations``,
+    #: :func:`autograder.course.reading.read_paths`); None where that was not measured
+    received_changed: bool | None = None
 
     # -- queries used by the structure rules -------------------------------------------------
     def collectives(self, kind: str | None = None, axis: str | None = None) -> list[Op]:

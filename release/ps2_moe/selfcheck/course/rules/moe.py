@@ -154,3 +154,60 @@ def tokens_travel_all_to_all(prog, mesh, problem):
                       f"(the tokens whose expert another X-group owns, each a [D/Y] slice of a "
                       f"row) ({prog.summary()}). " + rules.HOW_TO_LOOK)
     return passed("structure", "tokens travel with all_to_all over X")
+
+
+def unrouted_perturbations(inputs, mesh_shape) -> list[tuple[tuple[int, ...], dict]]:
+    """The inputs that must not change what X-group g receives by all_to_all, one per group g
+    that has such tokens: ``(g's device ids (row-major over (X, Y)), {0: A'})``, A' being A with
+    the rows of every token that lives outside g and has none of its k choices among g's
+    experts drawn afresh (a generator seeded from the case). An exchange that sends each group
+    only the tokens routed to it delivers g the same bits on A' as on A."""
+    import zlib
+
+    a, b, w = (np.asarray(v) for v in inputs[:3])
+    nx, ny = (int(s) for s in mesh_shape)
+    s = a.shape[0]
+    if nx == 1 or a.ndim != 2 or s % nx or w.shape[0] % nx:
+        return []
+    owner = b.reshape(s, -1) // (w.shape[0] // nx)  # [S, k] the X-group of each choice
+    home = np.arange(s) // (s // nx)
+    rng = np.random.default_rng(zlib.crc32(a.tobytes() + b.tobytes()))
+    out = []
+    for g in range(nx):
+        away = (home != g) & ~np.any(owner == g, axis=1)
+        if not away.any():
+            continue
+        a2 = a.copy()
+        a2[away] = rng.standard_normal((int(away.sum()), a.shape[1])).astype(a.dtype)
+        out.append((tuple(range(g * ny, (g + 1) * ny)), {0: a2}))
+    return out
+
+
+def all_to_all_carries_only_routed_tokens(prog, mesh, problem):
+    """Each X-group receives by all_to_all only what its own tokens and the tokens routed to its
+    experts decide: the reader ran the program again with the rows of every other token drawn
+    afresh (:func:`unrouted_perturbations`), and no device of the group received different
+    bits from any all_to_all (``prog.received_changed``, set where the reader measured it).
+
+    Not among the registry's ps2 rules: it holds for every honest exchange of the course's
+    tests and fails the all-gather in all_to_all's clothing (tests/fixtures/attacks/
+    moe_a2a_gather.py), but it also fails an exchange that leaves copies of other rows in its
+    padding slots (the solution without its ``jnp.where(valid, ..., 0.0)``: correct, as many
+    bytes, its padding read by no expert), which delivers group 0 nearly every token. Wiring it
+    in (ALL_TO_ALL_RULES) asks students to zero their padding, so the statement must say so."""
+    if mesh.shape["X"] == 1 or prog.received_changed is None:
+        return None
+    if prog.received_changed:
+        return failed("structure", "each X-group must receive by all_to_all only the tokens "
+                      "routed to its experts (and what its own tokens decide); but when the "
+                      "grader changed the activations of tokens that neither live in some "
+                      "X-group nor are routed to its experts, what that group's devices "
+                      "received from an all_to_all changed: the exchange sends groups tokens "
+                      "they do not need (as an all-gather would). Send each group only the "
+                      "rows of the tokens routed to it, and fill the unused slots of a chunk "
+                      "with zeros (not with copies of other rows). " + rules.HOW_TO_LOOK)
+    return passed("structure", "all_to_all delivers each X-group only its routed tokens")
+
+
+#: the reader measures, for this rule, what each group receives on the perturbed inputs
+all_to_all_carries_only_routed_tokens.perturbations = unrouted_perturbations
