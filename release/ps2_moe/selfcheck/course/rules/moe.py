@@ -189,12 +189,11 @@ def all_to_all_carries_only_routed_tokens(prog, mesh, problem):
     afresh (:func:`unrouted_perturbations`), and no device of the group received different
     bits from any all_to_all (``prog.received_changed``, set where the reader measured it).
 
-    Not among the registry's ps2 rules: it holds for every honest exchange of the course's
-    tests and fails the all-gather in all_to_all's clothing (tests/fixtures/attacks/
-    moe_a2a_gather.py), but it also fails an exchange that leaves copies of other rows in its
-    padding slots (the solution without its ``jnp.where(valid, ..., 0.0)``: correct, as many
-    bytes, its padding read by no expert), which delivers group 0 nearly every token. Wiring it
-    in (ALL_TO_ALL_RULES) asks students to zero their padding, so the statement must say so."""
+    It fails the all-gather in all_to_all's clothing (tests/fixtures/attacks/moe_a2a_gather.py)
+    and holds for every honest exchange of the course's tests that zeroes its padding; an
+    exchange that leaves copies of other rows in its unused slots (an index clipped to the last
+    token) sends groups tokens they do not need too, so the statement asks for zeroed padding.
+    Read on the numerics cases only (the memory and speed cases are held by bytes)."""
     if mesh.shape["X"] == 1 or prog.received_changed is None:
         return None
     if prog.received_changed:
