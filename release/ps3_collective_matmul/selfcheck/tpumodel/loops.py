@@ -466,22 +466,13 @@ class CountedRun:
         """Per device of the mesh (row-major ids): each loop's iterations and entries, each
         conditional's branches (see :class:`~autograder.core.stablehlo.RunCounts`)."""
         shape = tuple(int(s) for s in mesh_shape) or (1,)
-        n_dev = int(np.prod(shape, dtype=np.int64))
-        per = [RunCounts() for _ in range(n_dev)]
-        names = list(axis_names)
+        per = [RunCounts() for _ in range(int(np.prod(shape, dtype=np.int64)))]
         for tag, v in zip(self.tags, self.values, strict=True):
-            if tag.manual and any(a not in names for a in tag.manual):
-                raise LoopCountError(f"a shard_map over axes {tag.manual} of a mesh {names}")
-            sizes = [shape[names.index(a)] for a in tag.manual]
-            if v.size != int(np.prod(sizes, dtype=np.int64)):
-                raise LoopCountError(f"{v.size} counts for a shard_map over {tag.manual}")
-            for d in range(n_dev):
-                coords = np.unravel_index(d, shape)
-                at = (int(np.ravel_multi_index([coords[names.index(a)] for a in tag.manual],
-                                               sizes)) if tag.manual else 0)
+            positions = _positions(tag, v, shape, axis_names, "counts")
+            if tag.kind in ("most", "received"):
+                continue  # the model's reading (trips()), the checksums' (received())
+            for d, at in enumerate(positions):
                 c, x = per[d], int(v[at])
-                if tag.kind in ("most", "received"):
-                    continue  # the model's reading (trips()), the checksums' (received())
                 if tag.kind == "trips":
                     c.trips[tag.loop] = c.trips.get(tag.loop, 0) + x
                 elif tag.kind == "entries":
@@ -493,30 +484,32 @@ class CountedRun:
                     c.branches[tag.loop] = tuple(got)
         return per
 
-
     def received(self, mesh_shape: Sequence[int], axis_names: Sequence[str]) -> np.ndarray:
         """[device (row-major id), exchange]: the checksum of what each device received from
         each all_to_all (tags ``'received'``, :func:`received_module`)."""
         shape = tuple(int(s) for s in mesh_shape) or (1,)
+        cols = [np.asarray(v, np.int64)[_positions(tag, v, shape, axis_names, "checksums")]
+                for tag, v in zip(self.tags, self.values, strict=True)
+                if tag.kind == "received"]
         n_dev = int(np.prod(shape, dtype=np.int64))
-        names = list(axis_names)
-        cols = []
-        for tag, v in zip(self.tags, self.values, strict=True):
-            if tag.kind != "received":
-                continue
-            if any(a not in names for a in tag.manual):
-                raise LoopCountError(f"a shard_map over axes {tag.manual} of a mesh {names}")
-            sizes = [shape[names.index(a)] for a in tag.manual]
-            if v.size != int(np.prod(sizes, dtype=np.int64)):
-                raise LoopCountError(f"{v.size} checksums for a shard_map over {tag.manual}")
-            col = np.zeros(n_dev, np.int64)
-            for d in range(n_dev):
-                coords = np.unravel_index(d, shape)
-                at = (int(np.ravel_multi_index([coords[names.index(a)] for a in tag.manual],
-                                               sizes)) if tag.manual else 0)
-                col[d] = int(v[at])
-            cols.append(col)
         return np.stack(cols, axis=1) if cols else np.zeros((n_dev, 0), np.int64)
+
+
+def _positions(tag: Tag, v: np.ndarray, shape: tuple, axis_names: Sequence[str],
+               what: str) -> np.ndarray:
+    """Per device of a mesh of ``shape`` (row-major ids), the position in ``v`` (tag ``tag``'s
+    values, one per device along its shard_map axes) of the value that device saw."""
+    names = list(axis_names)
+    if any(a not in names for a in tag.manual):
+        raise LoopCountError(f"a shard_map over axes {tag.manual} of a mesh {names}")
+    sizes = [shape[names.index(a)] for a in tag.manual]
+    if v.size != int(np.prod(sizes, dtype=np.int64)):
+        raise LoopCountError(f"{v.size} {what} for a shard_map over {tag.manual}")
+    n_dev = int(np.prod(shape, dtype=np.int64))
+    if not tag.manual:
+        return np.zeros(n_dev, np.int64)
+    coords = np.unravel_index(np.arange(n_dev), shape)
+    return np.ravel_multi_index([coords[names.index(a)] for a in tag.manual], sizes)
 
 
 def count_run(exported, args: Sequence, run: Callable | None = None,
