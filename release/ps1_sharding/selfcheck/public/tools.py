@@ -91,7 +91,8 @@ def tpu_profile(name: str, fn, mesh=None, chip: str = "v5e", shape=None):
     from ..tpumodel.hlo import ModelError
     from ..tpumodel.profile import case_args, profile_of
     from .check import problem
-    from .measure import Unpriced, branches_text, floor_text, kept_baseline, speed_models
+    from .measure import (Unpriced, bounds_text, branches_text, floor_text, kept_baseline,
+                          speed_models)
 
     entry = problem(name)
     if entry.baseline is None and getattr(entry, "baseline_model", None) is None:
@@ -141,8 +142,7 @@ def tpu_profile(name: str, fn, mesh=None, chip: str = "v5e", shape=None):
     if floor is not None and floor.applies:
         notes.append(floor_text(floor.factor))
     if st.bounds:
-        notes.append("an upper bound, since the model cannot know which way the program goes "
-                     f"({'; '.join(st.bounds)})")
+        notes.append(bounds_text(st.bounds))
     drawn = importlib.util.find_spec("matplotlib") is not None
     prof = profile_of(st, base, entry, notes=notes, png="" if drawn else None,
                       title=getattr(fn, "__name__", name), graded=shape is None)

@@ -116,7 +116,7 @@ class Modeled:
             out.update(device=self.device, devices=self.devices)
         if self.bounds:
             out["bounds"] = list(self.bounds)
-        passes = max((getattr(t, "passes", 1) for t in self.timeline.tasks), default=1)
+        passes = max((t.passes for t in self.timeline.tasks), default=1)
         if passes > 1:
             out["mxu_passes"] = passes
         return out

@@ -114,6 +114,12 @@ def branches_text(n: int) -> str:
             "speed case's input (one instrumented run of your program)")
 
 
+def bounds_text(bounds) -> str:
+    """Why a modeled time is an upper bound: the conditionals the model could not decide."""
+    return ("an upper bound, since the model cannot know which way the program goes "
+            f"({'; '.join(bounds)})")
+
+
 def floor_text(factor: float) -> str:
     """The FLOPs floor, where it scaled the model's compute (:mod:`autograder.tpumodel.work`)."""
     return (f"XLA counts {100 * (factor - 1):.0f}% more FLOPs than the model: compute scaled "
@@ -245,8 +251,7 @@ def speed(problem, fn, *, chip: Optional[str] = None) -> CheckResult:
         extra.append(branches_text(m["branches"]) + "; the grader counts them on its own values")
     bounds = (m.get("student") or {}).get("bounds")
     if bounds:
-        extra.append("an upper bound, since the model cannot know which way the program goes "
-                     f"({'; '.join(bounds)})")
+        extra.append(bounds_text(bounds))
     floor = m.get("flops") or {}
     if floor.get("applied"):
         extra.append(m["flops_clause"])
