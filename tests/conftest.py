@@ -4,6 +4,7 @@ import functools
 import os
 import resource
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -33,21 +34,46 @@ def pytest_collection_modifyitems(config, items):
         group = _shared_work(item)
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
-    # a group's tests run on one worker, so one started last would be the suite's tail: first
-    # the module fixtures' groups (whole processes, courses, notebooks), then the submissions'
-    # (the largest first), then the tests that run anywhere, each kind in the order collected
+    # a unit (a group, or a test of none) runs on one worker, so one started last would be
+    # the suite's tail: the dearest first (longest processing time first), by the seconds
+    # tests/costs.tsv recorded, a unit it does not know by its number of tests. run_suite.py
+    # passes --no-loadscope-reorder, so pytest-xdist keeps this order (by default it sorts the
+    # units by their number of tests, which put the dearest, a notebook's few tests, last)
+    costs = recorded_costs()
     size: dict = {}
     for item in items:
-        size[_group(item)] = size.get(_group(item), 0) + 1
+        size[_unit(item)] = size.get(_unit(item), 0) + 1
+    items.sort(key=lambda item: -costs.get(_unit(item), UNKNOWN_TEST_S * size[_unit(item)]))
 
-    def order(item):
-        group = _group(item)
-        return (2, 0) if group is None else (int(group.startswith("submission:")), -size[group])
 
-    items.sort(key=order)
+#: what the suite runner last measured: a worker's seconds for each unit of the parallel
+#: phase (``tools/run_suite.py --costs-file tests/costs.tsv`` rewrites it); it only orders
+#: the dispatch, so a stale or missing entry costs time, never a result
+COSTS = Path(__file__).resolve().parent / "costs.tsv"
+#: a test the table does not know: about the median of the table's single tests
+UNKNOWN_TEST_S = 0.5
+
+
+def recorded_costs(path: Path = COSTS) -> dict[str, float]:
+    """``unit -> seconds`` from ``path`` (lines ``seconds<TAB>unit``); empty if it is missing."""
+    if not path.is_file():
+        return {}
+    out = {}
+    for line in path.read_text().splitlines():
+        if line and not line.startswith("#"):
+            secs, unit = line.split("\t", 1)
+            out[unit] = float(secs)
+    return out
+
+
+def _unit(item) -> str:
+    """What pytest-xdist schedules as one: the item's group, or the item itself."""
+    group = _group(item)
+    return f"@{group}" if group else item.nodeid
 
 
 _CPU_START = pytest.StashKey[float]()
+_STARTED = pytest.StashKey[float]()
 
 
 def _cpu_s() -> float:
@@ -59,6 +85,7 @@ def _cpu_s() -> float:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_setup(item):
     item.stash[_CPU_START] = _cpu_s()
+    item.stash[_STARTED] = time.time()
     yield
 
 
@@ -67,10 +94,12 @@ def pytest_runtest_teardown(item, nextitem):
     """Each test's CPU seconds (set-up, call and tear-down; the processes it waited for
     included) as the ``cpu`` property of its report, before the tear-down's report copies
     them: tools/run_suite.py's durations file says what each test costs the machine, not
-    only how long it waited beside the others."""
+    only how long it waited beside the others. And when it started (``start``, seconds since
+    the epoch), so that the runner can say how long its phase ran on fewer workers."""
     yield
     if _CPU_START in item.stash:
         item.user_properties.append(("cpu", round(_cpu_s() - item.stash[_CPU_START], 2)))
+        item.user_properties.append(("start", round(item.stash[_STARTED], 2)))
 
 
 def _group(item) -> str | None:
@@ -156,8 +185,28 @@ def graded(path, function: str, *, quick: bool = True, speed: bool = True):
     process for each (quick, speed): every test that needs a grading reads this one. The
     default is the verdict table's (tests/test_verdicts.py: two meshes, speed included);
     ``quick=False`` grades every mesh and edge case. A test parametrized with the path runs
-    on the worker of that file's other tests (:func:`pytest_collection_modifyitems`)."""
-    return _graded(_relative(path), function, quick, speed)
+    on the worker of that file's other tests (:func:`pytest_collection_modifyitems`).
+
+    A right answer of :data:`EVERY_MESH` is graded once, on every mesh and edge case with
+    the speed check: its own tests read that grading, and so does the verdict table (whose
+    outcomes are the same on two meshes and on four for a right answer: a second grading on
+    two would only run its memory and speed cases again)."""
+    path = _relative(path)
+    if path in EVERY_MESH and (quick, speed) in ((True, True), (False, False)):
+        quick, speed = False, True
+    return _graded(path, function, quick, speed)
+
+
+#: right answers their own tests grade on every mesh and edge case (test_ps1, test_ps2_moe,
+#: test_ps3_ps4): see :func:`graded`. Only right answers: a wrong one may fail on a mesh or an
+#: edge case the table's two meshes leave out, and the table would then read another verdict
+EVERY_MESH = frozenset({
+    "tests/fixtures/ps1/alt_correct.py", "tests/fixtures/ps1/alt_correct_gather.py",
+    "tests/fixtures/ps2_moe/alt_ragged.py", "tests/fixtures/ps2_moe/alt_flag_loop.py",
+    "solutions/ps3_collective_matmul.py", "tests/fixtures/ps3/alt_correct_a.py",
+    "tests/fixtures/ps3/alt_correct_b.py",
+    "solutions/ps4_bidirectional.py", "tests/fixtures/ps4/alt_correct.py",
+})
 
 
 @functools.lru_cache(maxsize=None)

@@ -13,9 +13,11 @@ FULL = [
 
 @pytest.mark.parametrize("fixture,function", FULL)
 def test_independent_correct_answers_get_full_marks(fixture, function):
-    """On every mesh and edge case (the verdict table grades two meshes)."""
+    """On every mesh and edge case (the verdict table grades two meshes): every check passes
+    but speed, whose verdict is the table's (alt_correct_gather's roll by lookup is slow)."""
     res = graded(f"tests/fixtures/{fixture}", function, quick=False, speed=False)
-    assert res.score == res.max_score, res.report()
+    assert all(c.passed for c in res.checks if c.name != "speed"), res.report()
+    assert "8x1" in check_of(res, "numerics").message, res.report()
 
 
 WRONG = [

@@ -27,6 +27,7 @@ import tempfile
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 PATHS = ["tests", "autograder/tests"]
@@ -43,16 +44,32 @@ def _cpu_s() -> float:
 def _phase(select: str, parallel: bool, workers: int, extra: list[str], xml: Path) -> tuple[int, float]:
     argv = [sys.executable, "-m", "pytest", "-q", *PATHS, "-m", select,
             f"--junitxml={xml}", "-o", "junit_family=xunit1"]
-    argv += ["-n", str(workers), "--dist", "loadgroup"] if parallel and workers > 1 else ["-n", "0"]
+    # --no-loadscope-reorder: the units go out in tests/conftest.py's order (the dearest
+    # first, by tests/costs.tsv), not sorted by their number of tests
+    argv += (["-n", str(workers), "--dist", "loadgroup", "--no-loadscope-reorder"]
+             if parallel and workers > 1 else ["-n", "0"])
     t0 = time.monotonic()
     rc = subprocess.call(argv + extra, cwd=ROOT)
     return (0 if rc == NO_TESTS else rc), time.monotonic() - t0
 
 
-def _cases(xml: Path) -> list[tuple[float, str, str, float]]:
-    """(seconds, test, outcome, CPU seconds) of every test a phase ran; outcome: passed,
-    failed, skipped; CPU: the ``cpu`` property tests/conftest.py records (the worker's and
-    the processes it waited for; 0 where missing)."""
+class Case(NamedTuple):
+    """One test a phase ran, from its junit record."""
+    secs: float
+    test: str       # file::name, with "@group" where it has an xdist group
+    outcome: str    # passed, failed or skipped
+    cpu: float      # the ``cpu`` property tests/conftest.py records (0 where missing)
+    start: float    # the ``start`` property (seconds since the epoch; 0 where missing)
+
+    @property
+    def unit(self) -> str:
+        """What pytest-xdist scheduled as one: its group ("@group"), or the test alone."""
+        return "@" + self.test.split("@", 1)[1] if "@" in self.test else self.test
+
+
+def _cases(xml: Path) -> list[Case]:
+    """Every test a phase ran; outcome: passed, failed, skipped; CPU: the worker's and the
+    processes it waited for."""
     if not xml.exists():
         return []
     out = []
@@ -61,10 +78,35 @@ def _cases(xml: Path) -> list[tuple[float, str, str, float]]:
         tags = {child.tag for child in case}
         outcome = ("failed" if tags & {"failure", "error"} else
                    "skipped" if "skipped" in tags else "passed")
-        cpu = next((float(p.get("value") or 0.0) for p in case.iter("property")
-                    if p.get("name") == "cpu"), 0.0)
-        out.append((float(case.get("time") or 0.0), name, outcome, cpu))
+        props = {p.get("name"): float(p.get("value") or 0.0) for p in case.iter("property")
+                 if p.get("name") in ("cpu", "start")}
+        out.append(Case(float(case.get("time") or 0.0), name, outcome, props.get("cpu", 0.0),
+                        props.get("start", 0.0)))
     return out
+
+
+def busy_seconds(cases: list[Case]) -> dict[int, float]:
+    """``k -> seconds during which k tests were running`` (k >= 1), from the tests' start
+    times and durations: how long a parallel phase kept fewer workers than it had busy (its
+    tail, where one dear unit runs alone)."""
+    events = sorted([(c.start, 1) for c in cases if c.start] +
+                    [(c.start + c.secs, -1) for c in cases if c.start])
+    out: dict[int, float] = {}
+    running, last = 0, None
+    for t, step in events:
+        if running and last is not None:
+            out[running] = out.get(running, 0.0) + t - last
+        running, last = running + step, t
+    return out
+
+
+def unit_costs(cases: list[Case]) -> list[tuple[float, str]]:
+    """(a worker's seconds, unit) of every unit, the dearest first: what tests/costs.tsv
+    keeps for tests/conftest.py to dispatch by."""
+    units: dict[str, float] = {}
+    for c in cases:
+        units[c.unit] = units.get(c.unit, 0.0) + c.secs
+    return sorted(((secs, unit) for unit, secs in units.items()), reverse=True)
 
 
 def main(argv=None) -> int:
@@ -79,6 +121,9 @@ def main(argv=None) -> int:
     ap.add_argument("--durations-file", type=Path, default=None,
                     help="also write every test's seconds, outcome, phase, name and CPU "
                          "seconds there (TSV)")
+    ap.add_argument("--costs-file", type=Path, default=None,
+                    help="also write each unit's seconds in the parallel phase there (the "
+                         "format of tests/costs.tsv, which orders the dispatch)")
     ap.add_argument("pytest_args", nargs="*", help="passed to pytest (after --)")
     a = ap.parse_args(argv)
     base = f"({a.select}) and " if a.select else ""
@@ -97,15 +142,22 @@ def main(argv=None) -> int:
     every = sorted((c for *_, cs in results for c in cs), reverse=True)
     if a.durations_file is not None:
         a.durations_file.write_text("".join(
-            f"{secs:.2f}\t{outcome}\t{name}\t{test}\t{cpu:.2f}\n"
-            for name, *_, cs in results for secs, test, outcome, cpu in sorted(cs, reverse=True)))
+            f"{c.secs:.2f}\t{c.outcome}\t{name}\t{c.test}\t{c.cpu:.2f}\n"
+            for name, *_, cs in results for c in sorted(cs, reverse=True)))
+    if a.costs_file is not None:
+        parallel = next(cs for name, *_, cs in results if name == "parallel")
+        a.costs_file.write_text(
+            "# seconds<TAB>unit: a worker's seconds for each unit (an xdist group, or a test) of\n"
+            "# the parallel phase, as measured by tools/run_suite.py --costs-file; the dispatch\n"
+            "# order of tests/conftest.py (the dearest first). Units under 2 s are left out.\n" +
+            "".join(f"{secs:.1f}\t{unit}\n" for secs, unit in unit_costs(parallel) if secs >= 2))
     print(f"\n== the {a.slowest} slowest tests (seconds, both phases)")
-    for secs, name, *_ in every[:a.slowest]:
-        print(f"{secs:8.1f}  {name}")
+    for c in every[:a.slowest]:
+        print(f"{c.secs:8.1f}  {c.test}")
     files: dict = {}
-    for secs, name, _, cpu in every:
-        was = files.get(name.split("::")[0], (0.0, 0.0))
-        files[name.split("::")[0]] = (was[0] + secs, was[1] + cpu)
+    for c in every:
+        was = files.get(c.test.split("::")[0], (0.0, 0.0))
+        files[c.test.split("::")[0]] = (was[0] + c.secs, was[1] + c.cpu)
     print(f"== the files that cost most (seconds of test time and of CPU, both phases; "
           f"{sum(t for t, _ in files.values()) / 60:.1f} and "
           f"{sum(c for _, c in files.values()) / 60:.1f} min in all)")
@@ -117,8 +169,12 @@ def main(argv=None) -> int:
         print(f"== {name} phase: {len(cs)} tests in {took / 60:.1f} min, {cpu / 60:.1f} min "
               f"of CPU ({cpu / max(took, 1e-9):.1f} cores busy) "
               f"({'passed' if rc == 0 else f'FAILED, exit {rc}'})")
+        if name == "parallel" and cs:
+            busy = busy_seconds(cs)
+            print("   tests running at once: " + ", ".join(
+                f"{k}: {busy[k] / 60:.1f} min" for k in sorted(busy, reverse=True)))
     print(f"== the suite took {total / 60:.1f} min")
-    count = {k: sum(1 for _, _, o, _ in every if o == k) for k in ("passed", "failed", "skipped")}
+    count = {k: sum(1 for c in every if c.outcome == k) for k in ("passed", "failed", "skipped")}
     print(f"suite: {count['passed']} passed, {count['failed']} failed, {count['skipped']} skipped")
     return next((rc for _, rc, *_ in results if rc != 0), 0)
 
