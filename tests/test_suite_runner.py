@@ -13,3 +13,52 @@ def test_tests_of_one_submission_share_one_worker(request, path):
     if not getattr(request.config.option, "loadgroup", False):
         pytest.skip("run by tools/run_suite.py's parallel phase (pytest-xdist, --dist loadgroup)")
     assert request.node.nodeid.endswith(f"@submission:{path}"), request.node.nodeid
+
+
+def _runner():
+    import importlib.util
+
+    from conftest import ROOT
+
+    spec = importlib.util.spec_from_file_location("run_suite", ROOT / "tools" / "run_suite.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_busy_seconds_counts_the_tests_running_at_once():
+    """Three tests on two workers: 0-10 s and 10-14 s on one, 2-8 s on the other."""
+    run = _runner()
+    cases = [run.Case(10.0, "a", "passed", 1.0, 100.0), run.Case(6.0, "b", "passed", 1.0, 102.0),
+             run.Case(4.0, "c", "passed", 1.0, 110.0)]
+    busy = run.busy_seconds(cases)
+    assert busy == {1: 8.0, 2: 6.0}, busy
+
+
+def test_unit_costs_sum_a_groups_tests_and_dispatch_the_dearest_first(tmp_path):
+    """What --costs-file writes is what tests/conftest.py orders the dispatch by: a group's
+    seconds summed under "@group", a test of no group under its own id."""
+    import conftest
+
+    run = _runner()
+    cases = [run.Case(3.0, "t.py::a@g", "passed", 0.0, 0.0),
+             run.Case(4.0, "t.py::b@g", "passed", 0.0, 0.0),
+             run.Case(5.0, "t.py::c", "passed", 0.0, 0.0)]
+    costs = run.unit_costs(cases)
+    assert costs == [(7.0, "@g"), (5.0, "t.py::c")]
+    table = tmp_path / "costs.tsv"
+    table.write_text("# a comment\n" + "".join(f"{s}\t{u}\n" for s, u in costs))
+    assert conftest.recorded_costs(table) == {"@g": 7.0, "t.py::c": 5.0}
+    assert conftest.recorded_costs(tmp_path / "missing.tsv") == {}
+
+
+def test_the_recorded_costs_name_units_this_suite_has():
+    """tests/costs.tsv, as the last measured run wrote it, names groups the suite still makes
+    (a renamed group would silently lose its place at the head of the dispatch)."""
+    import conftest
+
+    groups = [u for u in conftest.recorded_costs() if u.startswith("@")]
+    assert "@test_nbgrader" in groups and any(u.startswith("@submission:") for u in groups)
+    for unit in groups:
+        if unit.startswith("@submission:"):
+            assert (conftest.ROOT / unit.split(":", 1)[1]).is_file(), unit

@@ -171,8 +171,11 @@ def main(argv=None) -> int:
               f"({'passed' if rc == 0 else f'FAILED, exit {rc}'})")
         if name == "parallel" and cs:
             busy = busy_seconds(cs)
+            # (start times are kept to the hundredth: a count that lasted under a second is
+            # rounding, not a state the phase was in)
             print("   tests running at once: " + ", ".join(
-                f"{k}: {busy[k] / 60:.1f} min" for k in sorted(busy, reverse=True)))
+                f"{k}: {busy[k] / 60:.1f} min" for k in sorted(busy, reverse=True)
+                if k >= 1 and busy[k] >= 1.0))
     print(f"== the suite took {total / 60:.1f} min")
     count = {k: sum(1 for c in every if c.outcome == k) for k in ("passed", "failed", "skipped")}
     print(f"suite: {count['passed']} passed, {count['failed']} failed, {count['skipped']} skipped")
