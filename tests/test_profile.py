@@ -267,6 +267,35 @@ def test_tpu_profile_applies_the_grader_s_flops_floor(monkeypatch):
         "% more FLOPs than the model: compute scaled up, as the grader does"), note
 
 
+def _blocking_highest(A, W, mesh):
+    """:func:`_blocking` with its matmul at HIGHEST: 6 MXU passes on a TPU."""
+    def body(a, w):
+        a = jax.lax.all_gather(a, "Y", axis=1, tiled=True)
+        return jnp.matmul(a, w, precision=jax.lax.Precision.HIGHEST)
+
+    return jax.shard_map(body, mesh=mesh, in_specs=(P("X", "Y"), P(None, "Y")),
+                         out_specs=P("X", "Y"))(A, W)
+
+
+def test_tpu_profile_says_what_a_higher_precision_costs(monkeypatch):
+    """A matmul at HIGHEST is priced at 6 MXU passes (the grader's speed message says so);
+    tpu_profile says it too, its matmul priced so (on the small case drawn here each op's fixed
+    cost hides the passes; tests/test_tpumodel.py weighs them), and says nothing of precision at
+    the default."""
+    from autograder.public.tools import tpu_profile
+
+    _small_case(monkeypatch)
+    default = tpu_profile("matmul_allgather", _blocking)
+    assert not [n for n in default.notes if "precision" in n], default.notes
+    highest = tpu_profile("matmul_allgather", _blocking_highest)
+    note = [n for n in highest.notes if "MXU passes" in n]
+    assert len(note) == 1 and note[0].startswith("precision=HIGHEST") and "costs 6 MXU passes" \
+        in note[0], \
+        highest.notes
+    assert highest.student.summary()["mxu_passes"] == 6
+    assert "mxu_passes" not in default.student.summary()
+
+
 def test_the_tiled_all_reduce_gains_where_the_notebook_shows_it():
     """ps3's "Where the tiles pay off": at B, D, F = 1024, 4096, 4096 the matmul takes about as
     long as the all-reduce, so the reference's tiles model clearly below jit (the notebook says

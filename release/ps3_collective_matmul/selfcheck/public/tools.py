@@ -77,7 +77,8 @@ def tpu_profile(name: str, fn, mesh=None, chip: str = "v5e", shape=None):
     own code (a copy travels in the self-check package): on the speed case's shapes (the
     values of seed 0), its loops and branches as one instrumented run of it there measured
     them, and its compute scaled up where XLA counts more FLOPs than the model; the notes say
-    when either changed the figure. ``shape``: (B, D, F) of a matmul problem, to model it at
+    when either changed the figure, and what a matmul at a higher precision costs (as the
+    speed check's message does). ``shape``: (B, D, F) of a matmul problem, to model it at
     other sizes (arrays of zeros) than the grader's speed case; the grader's limit applies at
     its speed case only, so none is shown then. Nothing is modeled while nbgrader grades the
     notebook.
@@ -88,6 +89,7 @@ def tpu_profile(name: str, fn, mesh=None, chip: str = "v5e", shape=None):
 
     from ..core.meshes import make_mesh
     from ..tpumodel.chips import get_chip
+    from ..tpumodel.api import precision_clause
     from ..tpumodel.hlo import ModelError
     from ..tpumodel.profile import case_args, profile_of
     from .check import problem
@@ -143,6 +145,9 @@ def tpu_profile(name: str, fn, mesh=None, chip: str = "v5e", shape=None):
         notes.append(floor_text(floor.factor))
     if st.bounds:
         notes.append(bounds_text(st.bounds))
+    clause = precision_clause(st.summary().get("mxu_passes", 1))
+    if clause:  # a matmul at HIGH or HIGHEST: the speed check's message says the same
+        notes.append(clause)
     drawn = importlib.util.find_spec("matplotlib") is not None
     prof = profile_of(st, base, entry, notes=notes, png="" if drawn else None,
                       title=getattr(fn, "__name__", name), graded=shape is None)
