@@ -45,8 +45,11 @@ def _phase(select: str, parallel: bool, workers: int, extra: list[str], xml: Pat
     argv = [sys.executable, "-m", "pytest", "-q", *PATHS, "-m", select,
             f"--junitxml={xml}", "-o", "junit_family=xunit1"]
     # --no-loadscope-reorder: the units go out in tests/conftest.py's order (the dearest
-    # first, by tests/costs.tsv), not sorted by their number of tests
-    argv += (["-n", str(workers), "--dist", "loadgroup", "--no-loadscope-reorder"]
+    # first, by tests/costs.tsv), not sorted by their number of tests. --max-worker-restart 0:
+    # a worker that dies ends the phase at once, naming the test it ran (under --dist
+    # loadgroup a replaced worker was never given the dead one's tests: the run waited forever)
+    argv += (["-n", str(workers), "--dist", "loadgroup", "--no-loadscope-reorder",
+              "--max-worker-restart", "0"]
              if parallel and workers > 1 else ["-n", "0"])
     t0 = time.monotonic()
     rc = subprocess.call(argv + extra, cwd=ROOT)
