@@ -134,6 +134,19 @@ def _shared_work(item) -> str | None:
     return None
 
 
+@pytest.fixture(autouse=True)
+def _no_time_limit_carried_over():
+    """Every test starts with no time limit counted as run out in this process
+    (``core.errors.EXPIRED``: a judge that counts one stops after the function, with
+    ``os._exit``). A hang graded in-process by one test would otherwise end the judge loop
+    another test runs in the same pytest-xdist worker, and the worker with it (a CI run lost
+    its worker in ``test_compile_ahead`` so)."""
+    from autograder.core import errors
+
+    errors.EXPIRED = 0
+    yield
+
+
 @pytest.fixture(scope="session")
 def root() -> Path:
     return ROOT

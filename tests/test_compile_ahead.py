@@ -166,3 +166,12 @@ def test_the_cases_are_planned_while_the_worker_loads(monkeypatch):
     n = len(registry.problems("ps1_sharding"))
     assert events == ["plan"] * n + ["wait for the load"]
     assert [type(r) for r in sent] == [Plan] + [Start, Result] * n + [Done]
+
+
+def test_a_limit_run_out_in_an_earlier_test_is_not_carried_into_the_next(request):
+    """conftest resets ``errors.EXPIRED`` before each test: the judge loop above would
+    otherwise ``os._exit`` the pytest worker it runs in after its first function."""
+    from autograder.core import errors
+
+    assert errors.EXPIRED == 0
+    errors.EXPIRED = 1  # as an in-process hang leaves it; the next test must not see it
