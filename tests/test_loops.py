@@ -371,3 +371,102 @@ def test_received_checksums_change_only_where_the_changed_row_arrives():
     np.testing.assert_array_equal(sums[0], sums[3])
     changed = np.flatnonzero(sums[0][:, 0] != sums[2][:, 0])
     assert changed.tolist() == [4, 5], changed
+
+
+def _exchange_while(a, k):
+    """Per device of a 4x2 mesh: as many rounds as the largest count along X (a data-dependent
+    while loop), each an all_to_all over X of a's rows, summed."""
+    def local(a, k):
+        rounds = jax.lax.pmax(jnp.max(k), "X")
+        return jax.lax.while_loop(
+            lambda s: s[0] < rounds,
+            lambda s: (s[0] + 1, s[1] + jax.lax.all_to_all(a, "X", 0, 0, tiled=True)),
+            (0, jnp.zeros_like(a)))[1]
+
+    mesh = make_mesh(4, 2)
+    return jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(P("X"), P("X")),
+                                 out_specs=P("X"), check_vma=False))(a, k)
+
+
+def test_one_instrumented_copy_counts_and_weighs_the_exchanges():
+    """``loops.count_and_receive``: one program, compiled once and run on each argument set,
+    gives each set's counts (as ``count_run``'s) and checksums (as ``received``'s): a changed
+    row changes what its X-group receives and nothing else, and a set that runs more rounds
+    counts them."""
+    mesh = make_mesh(4, 2)
+    place = lambda v: jax.device_put(v, NamedSharding(mesh, P("X")))  # noqa: E731
+    a = np.arange(48, dtype=np.float32).reshape(16, 3)
+    k = np.array([1, 2, 3, 1], np.int32)
+    row = a.copy()
+    row[1 * 4 + 2, 1] += 0.5
+    more = np.array([1, 2, 5, 1], np.int32)
+    sets = [[place(a), place(k)], [place(row), place(k)], [place(a), place(more)]]
+    exp = _export(_exchange_while, *sets[0])
+    compiles = []
+
+    def run_all(f, arg_sets):
+        compiles.append(1)
+        compiled = jax.jit(f).lower(*arg_sets[0]).compile()
+        return [compiled(*s) for s in arg_sets]
+
+    runs = loops.count_and_receive(exp, sets, run_all=run_all)
+    assert len(compiles) == 1 and len(runs) == 3
+    for got, args in zip(runs, sets, strict=True):
+        alone = loops.count_run(exp, args)
+        assert got.trips() == alone.trips()
+        assert [c.key() for c in got.per_device((4, 2), ("X", "Y"))] == \
+            [c.key() for c in alone.per_device((4, 2), ("X", "Y"))]
+        np.testing.assert_array_equal(np.asarray(got.out), np.asarray(alone.out))
+    assert runs[0].trips() == (3,) and runs[2].trips() == (5,)
+    sums = [r.received((4, 2), ("X", "Y")) for r in runs]
+    np.testing.assert_array_equal(
+        sums[0], loops.received(exp, sets[:1], (4, 2), ("X", "Y"))[0])
+    assert np.flatnonzero(sums[0][:, 0] != sums[1][:, 0]).tolist() == [4, 5]
+
+
+def test_the_reader_counts_and_weighs_a_looping_exchange_with_one_compile(monkeypatch):
+    """``read_paths`` on a program with a loop and a rule that measures its exchanges: the
+    instrumented copy that weighs them also counts the loop (no second counting program), and
+    the paths and the measure are those of the two measured apart."""
+    from autograder.course import reading
+
+    mesh = make_mesh(4, 2)
+    place = lambda v: jax.device_put(v, NamedSharding(mesh, P("X")))  # noqa: E731
+    a = np.arange(48, dtype=np.float32).reshape(16, 3)
+    k = np.array([1, 2, 3, 1], np.int32)
+    dynamic = [place(a), place(k)]
+    exp = _export(_exchange_while, *dynamic)
+
+    def perturbations(inputs, shape):
+        changed = np.array(inputs[0])
+        changed[1 * 4 + 2, 1] += 0.5
+        return [((0, 1), {0: changed})]  # X-group 0 must not see row 2 of group 1's block
+
+    compiles = []
+
+    def run(f, args):
+        raise AssertionError("the program was counted by a second instrumented copy")
+
+    def run_all(f, arg_sets):
+        compiles.append(1)
+        compiled = jax.jit(f).lower(*arg_sets[0]).compile()
+        return [compiled(*s) for s in arg_sets]
+
+    run.all = run_all
+    inputs = (a, k)
+    paths = reading.read_paths(exp, mesh, "", dynamic, inputs, run=run,
+                               perturbations=perturbations)
+    assert paths.error is None, paths.error
+    assert len(compiles) == 1
+    assert {prog.received_changed for _, prog in paths.programs} == {False}
+    apart = reading.read_paths(exp, mesh, "", dynamic, inputs)
+    assert [(d, [(o.index, o.count) for o in p.ops]) for d, p in paths.programs] == \
+        [(d, [(o.index, o.count) for o in p.ops]) for d, p in apart.programs]
+    assert reading.received_changed(exp, mesh, dynamic, inputs, perturbations) is False
+
+    def reaching(inputs, shape):  # X-group 2 receives that row: the change is seen
+        return [((4, 5), perturbations(inputs, shape)[0][1])]
+
+    compiles.clear()
+    paths = reading.read_paths(exp, mesh, "", dynamic, inputs, run=run, perturbations=reaching)
+    assert len(compiles) == 1 and {p.received_changed for _, p in paths.programs} == {True}

@@ -79,15 +79,26 @@ def received_changed(exported, mesh, dynamic, inputs: tuple, perturbations: Call
     argument index: global array})``, each an input whose changes must not reach what those
     devices receive; one instrumented copy of the program (:func:`~autograder.tpumodel.loops.
     received`) runs on the case's arrays and on each perturbed input, placed as the case's."""
+    return _received_and_counted(exported, mesh, dynamic, inputs, perturbations, run,
+                                 count=False)[0]
+
+
+def _received_and_counted(exported, mesh, dynamic, inputs: tuple, perturbations: Callable,
+                          run: Optional[Callable], *, count: bool):
+    """``(received_changed, counted)``: :func:`received_changed`, and with ``count`` the
+    :class:`~autograder.tpumodel.loops.CountedRun` of the case's own arrays from the same
+    instrumented program (:func:`~autograder.tpumodel.loops.count_and_receive`: one compile
+    for both measures), else None. With ``count`` and no perturbed input to run, the program
+    is counted alone."""
     import jax
 
-    from ..tpumodel.loops import received
+    from ..tpumodel.loops import count_and_receive, count_run, received
 
     shape = tuple(int(s) for s in mesh.devices.shape)
     names = tuple(str(a) for a in mesh.axis_names)
     variants = perturbations(inputs, shape)
     if not variants:
-        return False
+        return False, (count_run(exported, dynamic, run=run) if count else None)
     sets = [list(dynamic)]
     for _, changes in variants:
         args = list(dynamic)
@@ -95,9 +106,16 @@ def received_changed(exported, mesh, dynamic, inputs: tuple, perturbations: Call
             args[i] = jax.device_put(value, dynamic[i].sharding)
         sets.append(args)
     run_all = getattr(run, "all", None)
-    sums = received(exported, sets, shape, names, run_all=run_all)
-    return any(not np.array_equal(sums[0][list(devices)], got[list(devices)])
-               for (devices, _), got in zip(variants, sums[1:], strict=True))
+    counted = None
+    if count:
+        runs = count_and_receive(exported, sets, run_all=run_all)
+        counted = runs[0]
+        sums = [r.received(shape, names) for r in runs]
+    else:
+        sums = received(exported, sets, shape, names, run_all=run_all)
+    changed = any(not np.array_equal(sums[0][list(devices)], got[list(devices)])
+                  for (devices, _), got in zip(variants, sums[1:], strict=True))
+    return changed, counted
 
 
 def read_paths(exported, mesh, compiled_text: str, dynamic, inputs: tuple,
@@ -130,8 +148,15 @@ def read_paths(exported, mesh, compiled_text: str, dynamic, inputs: tuple,
         return prog
 
     try:
-        changed = (None if perturbations is None or mesh is None else
-                   received_changed(exported, mesh, dynamic, inputs, perturbations, run))
+        changed = None
+        if perturbations is not None and mesh is not None:
+            # a program with loops or branches is counted by the same instrumented copy that
+            # weighs its exchanges (unless the caller counted it already)
+            both = count is None and has_control_flow(exported.mlir_module())
+            changed, counted = _received_and_counted(exported, mesh, dynamic, inputs,
+                                                     perturbations, run, count=both)
+            if counted is not None:
+                count = counted.per_device
         paths = _read(exported, dynamic, shape, names, run, count, read)
         for _, prog in paths.programs:
             prog.received_changed = changed

@@ -310,10 +310,11 @@ def _parse(text: str):
     return ctx, module
 
 
-def counting_module(text: str, branches: bool = False):
+def counting_module(text: str, branches: bool = False, received: bool = False):
     """(module, tags): ``text`` with every loop's count (and with ``branches``, every
-    conditional's branch counts) handed out of ``@main`` (see module doc). The module lives in
-    its own MLIR context; ``tags`` describe the extra results."""
+    conditional's branch counts; with ``received``, the checksums of :func:`received_module`)
+    handed out of ``@main`` (see module doc). The module lives in its own MLIR context;
+    ``tags`` describe the extra results, in their order."""
     ctx, module = _parse(text)
     with ctx, ir.Location.unknown():
         n = _mark_loops(module)
@@ -331,9 +332,12 @@ def counting_module(text: str, branches: bool = False):
                 ran = _const(1, _i32(), ir.InsertionPoint(_terminator(block)))
                 esc.escape(ran, Tag(j, "branch", k))
         _unmark(module)
+        tags = list(esc.tags)
+        if received:  # after the counters: a second escaper appends its results after theirs
+            tags += _weigh_exchanges(module)
         if not module.operation.verify():
             raise LoopCountError("the counting program does not verify")
-    return module, esc.tags
+    return module, tags
 
 
 def _pin_branch(op, taken: Sequence[int]) -> None:
@@ -622,20 +626,27 @@ def received_module(text: str):
     received from the exchanges differ give it different checksums (but for a 2**-32 chance)."""
     ctx, module = _parse(text)
     with ctx, ir.Location.unknown():
-        sums = []
-        for op in _exchanges(module):
-            ip = ir.InsertionPoint.after(op)
-            total = None
-            for r in op.results:
-                s = _checksum(r, ip)
-                total = s if total is None else hlo.AddOp(total, s, ip=ip).result
-            sums.append(total)
-        esc = _Escaper(module)
-        for i, s in enumerate(sums):
-            esc.escape(s, Tag(i, "received"))
+        tags = _weigh_exchanges(module)
         if not module.operation.verify():
             raise LoopCountError("the program weighing its all_to_alls does not verify")
-    return module, esc.tags
+    return module, tags
+
+
+def _weigh_exchanges(module) -> list:
+    """Add :func:`received_module`'s checksums to ``module`` (in its context), handed out of
+    ``@main`` after the results it has: their tags."""
+    sums = []
+    for op in _exchanges(module):
+        ip = ir.InsertionPoint.after(op)
+        total = None
+        for r in op.results:
+            s = _checksum(r, ip)
+            total = s if total is None else hlo.AddOp(total, s, ip=ip).result
+        sums.append(total)
+    esc = _Escaper(module)
+    for i, s in enumerate(sums):
+        esc.escape(s, Tag(i, "received"))
+    return esc.tags
 
 
 def received(exported, arg_sets: Sequence[Sequence], mesh_shape: Sequence[int],
@@ -659,3 +670,28 @@ def received(exported, arg_sets: Sequence[Sequence], mesh_shape: Sequence[int],
         run = CountedRun(list(tags), [np.asarray(v).reshape(-1) for v in o[1:]])
         result.append(run.received(mesh_shape, axis_names))
     return result
+
+
+def count_and_receive(exported, arg_sets: Sequence[Sequence],
+                      run_all: Callable | None = None) -> list[CountedRun]:
+    """Per argument set of ``arg_sets`` (placed arrays, all of one signature), the
+    :class:`CountedRun` of one program that both counts (:func:`count_run`'s, branches
+    included) and weighs what its all_to_alls deliver (:func:`received`'s checksums, read with
+    :meth:`CountedRun.received`): the structure reading of a program with loops or branches
+    whose exchanges are also measured on perturbed inputs compiles one instrumented copy, not
+    two. ``run_all(fn, arg_sets)``: the outputs per set (default ``jax.jit``, compiled once)."""
+    import jax
+
+    module, tags = counting_module(exported.mlir_module(), branches=True, received=True)
+    if not tags:
+        return [CountedRun([], []) for _ in arg_sets]
+    shapes = _result_shapes(module)[-len(tags):]
+    both = _with_module(exported, module, [(s, np.int32) for s in shapes])
+
+    def every(f, sets):
+        compiled = jax.jit(f).lower(*sets[0]).compile()
+        return [compiled(*a) for a in sets]
+
+    outs = (run_all or every)(both.call, list(arg_sets))
+    return [CountedRun(list(tags), [np.asarray(v).reshape(-1) for v in o[1:]], o[0])
+            for o in outs]
