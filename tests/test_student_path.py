@@ -45,12 +45,21 @@ def _run(tmp_path, asg: str, patch: str = "", after: str = ""):
 
 @pytest.mark.parametrize("asg", ASSIGNMENTS)
 def test_release_folder_runs_on_this_jax(asg, tmp_path):
+    """The release folder alone, on the JAX of this run, as a student runs it: the set-up cell
+    names the JAX and the devices; the self-check passes the reference answers; and the
+    grader's TPU model travels in it (tpu_profile): a student sees the modeled ratio and the
+    grader's limit without the course package, for every function with a speed check (a
+    baseline kept with the grader, ps1's and ps2's, travels as its modeled figures), and the
+    reference answers are within it. One process does both, as one student session would."""
     import jax
+
+    from autograder.course import registry
 
     solution = str(ROOT / "solutions" / f"{asg}.py")
     # memory and speed (the grader's figures, its baselines' as shipped) where they are cheap
     big = asg == "ps1_sharding"
-    p = _run(tmp_path, asg, after=CHECK_ALL.format(solution=solution, big=big))
+    p = _run(tmp_path, asg, after=CHECK_ALL.format(solution=solution, big=big)
+             + PROFILE_ALL.format(solution=solution))
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     out = p.stdout
     if big:
@@ -59,6 +68,14 @@ def test_release_folder_runs_on_this_jax(asg, tmp_path):
     assert "tested range" in out and "default backend:" in out
     assert "course meshes: 8 emulated CPU devices" in out
     assert out.count("OK ") == len(_public_names(asg)), out
+
+    got = _profiles(out)
+    want = {q.name: q.threshold("tpu_model") for q in registry.problems(asg)
+            if q.baseline is not None}
+    assert want and {n: r["limit"] for n, r in got.items()} == want
+    for name, r in got.items():
+        assert r["ratio"] <= r["limit"], r
+        assert r["lines"] <= 12, r
 
 
 def _public_names(asg: str) -> list[str]:
@@ -189,26 +206,6 @@ def _profiles(stdout: str) -> dict:
     return {r["name"]: r for r in (json.loads(line.split(" ", 1)[1])
                                    for line in stdout.splitlines()
                                    if line.startswith("PROFILE "))}
-
-
-@pytest.mark.parametrize("asg", ASSIGNMENTS)
-def test_tpu_profile_runs_from_the_release_folder(asg, tmp_path):
-    """The grader's TPU model travels in the self-check: a student sees the modeled ratio and
-    the grader's limit without the course package, for every function with a speed check (a
-    baseline kept with the grader, ps1's and ps2's, travels as its modeled figures), and the reference
-    answers are within it."""
-    from autograder.course import registry
-
-    solution = str(ROOT / "solutions" / f"{asg}.py")
-    p = _run(tmp_path, asg, after=PROFILE_ALL.format(solution=solution))
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    got = _profiles(p.stdout)
-    want = {q.name: q.threshold("tpu_model") for q in registry.problems(asg)
-            if q.baseline is not None}
-    assert want and {n: r["limit"] for n, r in got.items()} == want
-    for name, r in got.items():
-        assert r["ratio"] <= r["limit"], r
-        assert r["lines"] <= 12, r
 
 
 def test_a_kept_baseline_previews_the_graders_ratio(tmp_path):
