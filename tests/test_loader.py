@@ -1,5 +1,6 @@
 """Taking definitions out of submissions without running their demos."""
 import math
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -282,3 +283,39 @@ def test_an_assignment_kept_for_a_helpers_effect_is_said(tmp_path):
     loaded = load(p, keep_names=frozenset({"f"}))
     assert len(loaded.notes) == 1 and "line 7" in loaded.notes[0], loaded.notes
     assert "changes TABLE, which f reads" in loaded.notes[0]
+
+
+
+def test_the_trusted_sides_parses_hold_one_lock(monkeypatch, tmp_path):
+    """CPython 3.11's AST constructor keeps its recursion depth in state every thread shares,
+    and two parses that interleave fail with "SystemError: AST constructor recursion depth
+    mismatch" (a class run's threads lost a hand-in to it): every parse of the trusted side (a
+    hand-in loaded, the grader's own files hashed) and every tree compiled back holds
+    ``loader.AST_LOCK``."""
+    import ast
+    import builtins
+
+    from autograder.core import identity, loader
+
+    held: list[tuple[str, bool]] = []
+    parse, compile_ = ast.parse, builtins.compile
+
+    def spy_parse(*a, **k):
+        held.append(("parse", loader.AST_LOCK.locked()))
+        return parse(*a, **k)
+
+    def spy_compile(source, *a, **k):
+        if isinstance(source, ast.AST):
+            held.append(("compile", loader.AST_LOCK.locked()))
+        return compile_(source, *a, **k)
+
+    monkeypatch.setattr(ast, "parse", spy_parse)
+    monkeypatch.setattr(builtins, "compile", spy_compile)
+    src = tmp_path / "sub.py"
+    src.write_text("import math\n\ndef f(x):\n    return math.sqrt(x)\n")
+    assert loader.load(src).function("f")(4.0) == 2.0
+    identity._imported(Path(identity.__file__), Path(identity.__file__).parents[1])
+    kinds = {k for k, _ in held}
+    assert kinds == {"parse", "compile"}, held
+    assert all(locked for _, locked in held), held
+    assert not loader.AST_LOCK.locked()

@@ -17,6 +17,8 @@ import hashlib
 from pathlib import Path
 from typing import Optional
 
+from .loader import parse_python
+
 GRADER_VERSION = "1"
 
 #: the package whose files make up the grader (autograder/, its own tests left out)
@@ -46,7 +48,7 @@ def _imported(path: Path, root: Path) -> list[Path]:
     in ``from . import name``)."""
     out = []
     pkg = path.parent
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(parse_python(path.read_text(encoding="utf-8"), str(path))):
         if not isinstance(node, ast.ImportFrom) or not node.level:
             continue
         base = pkg

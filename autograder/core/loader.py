@@ -27,6 +27,7 @@ import json
 import re
 import symtable
 import sys
+import threading
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -182,11 +183,24 @@ def _completes(node: ast.stmt) -> str | None:
     return None
 
 
+#: one ``ast.parse`` at a time in a process: CPython 3.11 keeps the AST constructor's recursion
+#: depth in state shared by every thread, and two parses that interleave (a thread switch while
+#: one builds its tree) fail with "SystemError: AST constructor recursion depth mismatch" (a
+#: class run's threads lost a hand-in to it; python/cpython#106905)
+AST_LOCK = threading.Lock()
+
+
+def parse_python(code: str, filename: str = "<unknown>") -> ast.Module:
+    """``ast.parse``, one thread at a time (:data:`AST_LOCK`)."""
+    with AST_LOCK:
+        return ast.parse(code, filename)
+
+
 def _parse(code: str) -> ast.Module:
     """``ast.parse``; source nested too deeply for Python's parser (``x = ------...1``, a chain
     of ten thousand ``+1``) is a SyntaxError too, like any other source it cannot read."""
     try:
-        return ast.parse(code)
+        return parse_python(code)
     except (RecursionError, MemoryError):
         raise SyntaxError("nested too deeply for Python to read it") from None
 
@@ -571,7 +585,8 @@ def load(path: str | Path, *, statement_timeout: float = 20.0, total_timeout: fl
             notes.append(f"loading stopped: the submission's definitions took over "
                          f"{total_timeout:g} s")
             break
-        code = compile(ast.Module(body=[node], type_ignores=[]), f"<{label}>", "exec")
+        with AST_LOCK:  # the tree read back into C: the same shared depth as a parse
+            code = compile(ast.Module(body=[node], type_ignores=[]), f"<{label}>", "exec")
         try:
             with time_limit(min(statement_timeout, left)):
                 exec(code, ns)
