@@ -257,11 +257,17 @@ def _alive(pids) -> list[int]:
 HANGS = """
 import jax
 import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
 
 
 def shard_average_jit(A, mesh):
-    forever = jax.lax.while_loop(lambda c: c[0, 0] == c[0, 0], lambda c: c + 1.0, A)
-    return forever.reshape(mesh.shape["X"], -1, A.shape[1]).mean(axis=1)
+    def body(b):  # device (0, 0) loops forever; the others finish and wait (one busy core)
+        first = (jax.lax.axis_index("X") == 0) & (jax.lax.axis_index("Y") == 0)
+        n = jax.lax.cond(first, lambda: jax.lax.while_loop(
+            lambda c: c[1] >= 0, lambda c: (c[0] + 1.0, c[1]), (jnp.float32(0), jnp.int32(1)))[0],
+            lambda: jnp.float32(0))
+        return b.mean(axis=0, keepdims=True) + 0 * n
+    return jax.shard_map(body, mesh=mesh, in_specs=P("X", "Y"), out_specs=P("X", "Y"))(A)
 """
 
 

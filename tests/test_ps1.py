@@ -83,9 +83,11 @@ def python_loop(A, mesh):  # never stops tracing
         pass
 
 def xla_loop(A, mesh):  # a while_loop in the compiled program that never ends
-    def body(b):
-        n = jax.lax.while_loop(lambda c: c[1] >= 0, lambda c: (c[0] + 1.0, c[1]),
-                               (jnp.float32(0), jnp.int32(1)))[0]
+    def body(b):  # device (0, 0) loops forever; the others finish and wait (one busy core)
+        first = (jax.lax.axis_index("X") == 0) & (jax.lax.axis_index("Y") == 0)
+        n = jax.lax.cond(first, lambda: jax.lax.while_loop(
+            lambda c: c[1] >= 0, lambda c: (c[0] + 1.0, c[1]), (jnp.float32(0), jnp.int32(1)))[0],
+            lambda: jnp.float32(0))
         return b.mean(axis=0, keepdims=True) + 0 * n
     return jax.shard_map(body, mesh=mesh, in_specs=P("X", "Y"), out_specs=P("X", "Y"))(A)
 

@@ -386,9 +386,11 @@ def test_hang_in_one_function_keeps_the_rest(tmp_path):
     src = tmp_path / "sub.py"
     src.write_text(HEAD + '''
 def shard_average_shard_map(A, mesh):
-    def body(b):
-        n = jax.lax.while_loop(lambda c: c[1] >= 0, lambda c: (c[0] + 1.0, c[1]),
-                               (jnp.float32(0), jnp.int32(1)))[0]
+    def body(b):  # device (0, 0) loops forever; the others finish and wait (one busy core)
+        first = (jax.lax.axis_index("X") == 0) & (jax.lax.axis_index("Y") == 0)
+        n = jax.lax.cond(first, lambda: jax.lax.while_loop(
+            lambda c: c[1] >= 0, lambda c: (c[0] + 1.0, c[1]), (jnp.float32(0), jnp.int32(1)))[0],
+            lambda: jnp.float32(0))
         return b.mean(axis=0, keepdims=True) + 0 * n
     return jax.shard_map(body, mesh=mesh, in_specs=P('X', 'Y'), out_specs=P('X', 'Y'))(A)
 def roll_diff(A, shift, mesh):
