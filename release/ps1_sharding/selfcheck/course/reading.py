@@ -88,17 +88,17 @@ def _received_and_counted(exported, mesh, dynamic, inputs: tuple, perturbations:
     """``(received_changed, counted)``: :func:`received_changed`, and with ``count`` the
     :class:`~autograder.tpumodel.loops.CountedRun` of the case's own arrays from the same
     instrumented program (:func:`~autograder.tpumodel.loops.count_and_receive`: one compile
-    for both measures), else None. With ``count`` and no perturbed input to run, the program
-    is counted alone."""
+    for both measures), else None (and None where no perturbed input is run: the caller
+    counts the program alone)."""
     import jax
 
-    from ..tpumodel.loops import count_and_receive, count_run, received
+    from ..tpumodel.loops import count_and_receive, received
 
     shape = tuple(int(s) for s in mesh.devices.shape)
     names = tuple(str(a) for a in mesh.axis_names)
     variants = perturbations(inputs, shape)
     if not variants:
-        return False, (count_run(exported, dynamic, run=run) if count else None)
+        return False, None
     sets = [list(dynamic)]
     for _, changes in variants:
         args = list(dynamic)
@@ -150,11 +150,11 @@ def read_paths(exported, mesh, compiled_text: str, dynamic, inputs: tuple,
     try:
         changed = None
         if perturbations is not None and mesh is not None:
-            # a program with loops or branches is counted by the same instrumented copy that
-            # weighs its exchanges (unless the caller counted it already)
-            both = count is None and has_control_flow(exported.mlir_module())
+            # the program is counted by the same instrumented copy that weighs its exchanges
+            # (unless the caller counted it already; a program without loops or branches has
+            # nothing to count, and its paths never read the counts)
             changed, counted = _received_and_counted(exported, mesh, dynamic, inputs,
-                                                     perturbations, run, count=both)
+                                                     perturbations, run, count=count is None)
             if counted is not None:
                 count = counted.per_device
         paths = _read(exported, dynamic, shape, names, run, count, read)

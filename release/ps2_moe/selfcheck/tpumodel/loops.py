@@ -655,21 +655,12 @@ def received(exported, arg_sets: Sequence[Sequence], mesh_shape: Sequence[int],
     received from each all_to_all (:func:`received_module`), as an array [device (row-major
     id), exchange]; one compiled program runs them all (``run_all(fn, arg_sets)``: its outputs
     per set; default ``jax.jit``)."""
-    import jax
-
     module, tags = received_module(exported.mlir_module())
     if not tags:
         return [np.zeros((int(np.prod(mesh_shape, dtype=np.int64)), 0), np.int32)
                 for _ in arg_sets]
-    shapes = _result_shapes(module)[-len(tags):]
-    weighing = _with_module(exported, module, [(s, np.int32) for s in shapes])
-    fn = weighing.call
-    outs = (run_all or (lambda f, sets: [jax.jit(f)(*a) for a in sets]))(fn, list(arg_sets))
-    result = []
-    for o in outs:
-        run = CountedRun(list(tags), [np.asarray(v).reshape(-1) for v in o[1:]])
-        result.append(run.received(mesh_shape, axis_names))
-    return result
+    return [run.received(mesh_shape, axis_names)
+            for run in _run_instrumented(exported, module, tags, arg_sets, run_all)]
 
 
 def count_and_receive(exported, arg_sets: Sequence[Sequence],
@@ -680,18 +671,25 @@ def count_and_receive(exported, arg_sets: Sequence[Sequence],
     :meth:`CountedRun.received`): the structure reading of a program with loops or branches
     whose exchanges are also measured on perturbed inputs compiles one instrumented copy, not
     two. ``run_all(fn, arg_sets)``: the outputs per set (default ``jax.jit``, compiled once)."""
-    import jax
-
     module, tags = counting_module(exported.mlir_module(), branches=True, received=True)
     if not tags:
         return [CountedRun([], []) for _ in arg_sets]
+    return _run_instrumented(exported, module, tags, arg_sets, run_all)
+
+
+def _run_instrumented(exported, module, tags: list, arg_sets: Sequence[Sequence],
+                      run_all: Callable | None) -> list[CountedRun]:
+    """``module`` (``exported`` instrumented, ``tags`` its extra results) compiled once and run
+    on each set of ``arg_sets``: a :class:`CountedRun` per set."""
+    import jax
+
     shapes = _result_shapes(module)[-len(tags):]
-    both = _with_module(exported, module, [(s, np.int32) for s in shapes])
+    program = _with_module(exported, module, [(s, np.int32) for s in shapes])
 
-    def every(f, sets):
-        compiled = jax.jit(f).lower(*sets[0]).compile()
-        return [compiled(*a) for a in sets]
+    def each(f, sets):
+        jitted = jax.jit(f)
+        return [jitted(*a) for a in sets]
 
-    outs = (run_all or every)(both.call, list(arg_sets))
+    outs = (run_all or each)(program.call, list(arg_sets))
     return [CountedRun(list(tags), [np.asarray(v).reshape(-1) for v in o[1:]], o[0])
             for o in outs]
