@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import HANGS_IN_XLA
 
 #: about processes, files and packaging, not JAX: make test-latest leaves it to make test
 pytestmark = pytest.mark.orchestration
@@ -312,29 +313,11 @@ def test_killed_worker_task_is_retried_elsewhere(dask_cluster, tmp_path):
     assert victim not in o.report["worker"]
 
 
-#: a shard_average_jit whose program never ends when run: device (0, 0) loops forever, the
-#: others finish and wait (one busy core for the limit, not all eight devices' two)
-HANGS_ON_ONE_DEVICE = """import jax
-import jax.numpy as jnp
-from jax.sharding import PartitionSpec as P
-
-
-def shard_average_jit(A, mesh):
-    def body(b):  # device (0, 0) loops forever; the others finish and wait (one busy core)
-        first = (jax.lax.axis_index("X") == 0) & (jax.lax.axis_index("Y") == 0)
-        n = jax.lax.cond(first, lambda: jax.lax.while_loop(
-            lambda c: c[1] >= 0, lambda c: (c[0] + 1.0, c[1]), (jnp.float32(0), jnp.int32(1)))[0],
-            lambda: jnp.float32(0))
-        return b.mean(axis=0, keepdims=True) + 0 * n
-    return jax.shard_map(body, mesh=mesh, in_specs=P("X", "Y"), out_specs=P("X", "Y"))(A)
-"""
-
-
 def test_a_killed_worker_takes_its_judge_and_sandbox_with_it(dask_cluster, tmp_path):
     """Only the Dask worker's own process is killed (not its children): the judge it started,
     busy running a program that never ends, and that judge's sandbox end within 15 s."""
     cls = tmp_path / "hang"
-    _write(cls, "hal", {"ps1_sharding.py": HANGS_ON_ONE_DEVICE})
+    _write(cls, "hal", {"ps1_sharding.py": HANGS_IN_XLA})
     th = threading.Thread(target=lambda: batch.grade_all(
         cls, out=tmp_path / "g.csv", opts=_opts(only=["shard_average_jit"], per_function_s=12),
         progress=False, scheduler=dask_cluster.address, security=dask_cluster.security),

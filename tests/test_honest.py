@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import HANGS_IN_XLA
 
 from autograder.course import registry
 from autograder.isolation import sandbox as isolation
@@ -252,25 +253,6 @@ def _alive(pids) -> list[int]:
     return out
 
 
-#: a ps1 hand-in whose first function's program never ends when run: the judge is busy with it
-#: (saying nothing to its parent) for as long as its time limit allows
-HANGS = """
-import jax
-import jax.numpy as jnp
-from jax.sharding import PartitionSpec as P
-
-
-def shard_average_jit(A, mesh):
-    def body(b):  # device (0, 0) loops forever; the others finish and wait (one busy core)
-        first = (jax.lax.axis_index("X") == 0) & (jax.lax.axis_index("Y") == 0)
-        n = jax.lax.cond(first, lambda: jax.lax.while_loop(
-            lambda c: c[1] >= 0, lambda c: (c[0] + 1.0, c[1]), (jnp.float32(0), jnp.int32(1)))[0],
-            lambda: jnp.float32(0))
-        return b.mean(axis=0, keepdims=True) + 0 * n
-    return jax.shard_map(body, mesh=mesh, in_specs=P("X", "Y"), out_specs=P("X", "Y"))(A)
-"""
-
-
 def _kill_mid_run(argv: list[str], sig: int, cwd: Path) -> tuple[subprocess.Popen, list[int]]:
     """Start ``argv``; once a sandboxed worker runs below it (and a few seconds more, for the
     judge to be running a program), send ``sig`` to the parent alone. Returns the process and
@@ -313,7 +295,7 @@ def _kill_mid_run(argv: list[str], sig: int, cwd: Path) -> tuple[subprocess.Pope
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT", "SIGKILL"])
 def test_grade_stopped_mid_run_leaves_no_process_behind(sig, tmp_path):
     sub = tmp_path / "ps1_sharding.py"
-    sub.write_text(HANGS)
+    sub.write_text(HANGS_IN_XLA)
     import signal
 
     _, left = _kill_mid_run([sys.executable, "-m", "autograder", "grade", str(sub)],
@@ -327,7 +309,7 @@ def test_grade_all_killed_mid_run_leaves_no_process_and_resumes(tmp_path):
 
     cls = tmp_path / "handins"
     cls.mkdir()
-    (cls / "ann_ps1_sharding.py").write_text(HANGS)
+    (cls / "ann_ps1_sharding.py").write_text(HANGS_IN_XLA)
     for student in ("bea", "cid"):
         (cls / f"{student}_ps1_sharding.py").write_text(
             (ROOT / "solutions" / "ps1_sharding.py").read_text())

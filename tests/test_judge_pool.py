@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import HANGS_IN_XLA
 
 #: the same on every JAX: make test runs it, make test-latest leaves it out
 pytestmark = pytest.mark.orchestration
@@ -65,7 +66,7 @@ def test_a_judge_stopped_on_a_hang_is_never_given_another_submission(pool, tmp_p
 
     hangs = tmp_path / "h" / "ps1_sharding.py"
     hangs.parent.mkdir()
-    hangs.write_text(HANGS)
+    hangs.write_text(HANGS_IN_XLA)
     right = _hand_in(tmp_path, "a", ROOT / "solutions" / "ps1_sharding.py")
     before = pool.started
     lim = {"per_function_s": 5.0}  # short, as a course may set it: the hang costs that
@@ -93,24 +94,6 @@ def test_other_options_or_environment_get_a_judge_of_their_own(pool, tmp_path, m
     grade_submission(right, _opts(**only))
     assert pool.started == before + 3
     assert len(pool.pids()) <= pool.most_idle
-
-
-#: a ps1 hand-in whose first function's program never ends when run
-HANGS = """
-import jax
-import jax.numpy as jnp
-from jax.sharding import PartitionSpec as P
-
-
-def shard_average_jit(A, mesh):
-    def body(b):  # device (0, 0) loops forever; the others finish and wait (one busy core)
-        first = (jax.lax.axis_index("X") == 0) & (jax.lax.axis_index("Y") == 0)
-        n = jax.lax.cond(first, lambda: jax.lax.while_loop(
-            lambda c: c[1] >= 0, lambda c: (c[0] + 1.0, c[1]), (jnp.float32(0), jnp.int32(1)))[0],
-            lambda: jnp.float32(0))
-        return b.mean(axis=0, keepdims=True) + 0 * n
-    return jax.shard_map(body, mesh=mesh, in_specs=P("X", "Y"), out_specs=P("X", "Y"))(A)
-"""
 
 
 def test_a_judge_is_given_again_only_to_the_thread_that_started_it(pool, tmp_path):
