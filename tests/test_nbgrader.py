@@ -172,12 +172,13 @@ def test_autograde_stopped_mid_run_leaves_no_process_behind(tmp_path, monkeypatc
     import signal
 
     import nbformat
-    from test_honest import HANGS, _alive, _cmdline, _tree
+    from conftest import HANGS_IN_XLA
+    from test_honest import _alive, _cmdline, _tree
 
     demo, api, course, sub = _course_with_student(tmp_path, monkeypatch, "hal")
     nb = nbformat.read(sub / "ps1_sharding.ipynb", as_version=4)
     cell = next(c for c in nb.cells if "def shard_average_jit" in c.source)
-    cell.source = HANGS
+    cell.source = HANGS_IN_XLA
     # its own check cell would hang the notebook's run first: the student took it out
     nb.cells = [c for c in nb.cells if 'check("shard_average_jit"' not in c.source]
     _hand_in(sub, nb)

@@ -62,3 +62,38 @@ def test_the_recorded_costs_name_units_this_suite_has():
     for unit in groups:
         if unit.startswith("@submission:"):
             assert (conftest.ROOT / unit.split(":", 1)[1]).is_file(), unit
+
+
+def _top_level_names(tree) -> set[str]:
+    import ast
+
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for target in (node.targets if isinstance(node, ast.Assign) else [node.target]):
+                names |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+    return names
+
+
+def test_what_one_test_module_imports_from_another_is_there():
+    """A test that imports a helper from another test module inside its body (the suite does,
+    to share a fixture program or a process helper) finds the name there: a renamed helper
+    fails here at once, not when that one test's turn comes after minutes of the suite."""
+    import ast
+
+    import conftest
+
+    here = conftest.ROOT / "tests"
+    trees = {p.stem: ast.parse(p.read_text(), str(p)) for p in sorted(here.glob("*.py"))}
+    missing = []
+    for stem, tree in trees.items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module in trees:
+                have = _top_level_names(trees[node.module])
+                missing += [f"tests/{stem}.py:{node.lineno} imports {a.name} from {node.module}"
+                            for a in node.names if a.name != "*" and a.name not in have]
+    assert len(trees) > 10 and not missing, missing
