@@ -15,6 +15,18 @@ def test_tests_of_one_submission_share_one_worker(request, path):
     assert request.node.nodeid.endswith(f"@submission:{path}"), request.node.nodeid
 
 
+@pytest.mark.parametrize("path", ["tests/fixtures/ps2_moe/wrong_a2a_gathers.py"])
+def test_a_joined_submission_runs_on_the_worker_of_the_one_it_joins(request, path):
+    """A submission of conftest.JOINED (its tests grade another submission too) is scheduled
+    in that one's group, so neither is graded twice in a session."""
+    from conftest import JOINED, ROOT
+
+    assert path in JOINED and (ROOT / JOINED[path]).is_file()
+    if not getattr(request.config.option, "loadgroup", False):
+        pytest.skip("run by tools/run_suite.py's parallel phase (pytest-xdist, --dist loadgroup)")
+    assert request.node.nodeid.endswith(f"@submission:{JOINED[path]}"), request.node.nodeid
+
+
 def _runner():
     import importlib.util
 
