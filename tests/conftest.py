@@ -13,9 +13,11 @@ import pytest
 os.environ.setdefault("AUTOGRADER_CACHE_DIR", tempfile.mkdtemp(prefix="autograder-cache-"))
 
 from autograder.core.devices import setup_devices
+from autograder.core.imports import light_nbformat
 from autograder.supervisor import local
 
 setup_devices()
+light_nbformat()  # the suite's notebooks are read as the grader reads them, a second sooner
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

@@ -48,3 +48,33 @@ def test_two_threads_never_share_a_temporary(tmp_path):
         t.join()
     assert len(set(names)) == 2
     assert path.read_text() in ("a", "b")
+
+
+def test_a_notebook_read_lightly_is_read_and_validated_as_nbformat_reads_it():
+    """core.imports.light_nbformat (the worker's, grade-all's gradebook and the build's
+    nbformat): a release notebook reads and validates in a fresh process, the same notebook
+    as a plain ``import nbformat`` reads, and the IRI grammar module is never imported."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    code = (
+        "import sys, json\n"
+        "from autograder.core.imports import light_nbformat\n"
+        "nbformat = light_nbformat()\n"
+        f"nb = nbformat.read({str(ROOT / 'release/ps1_sharding/ps1_sharding.ipynb')!r}, 4)\n"
+        "nbformat.validate(nb)\n"
+        "print(json.dumps([sys.modules.get('rfc3987_syntax', 'absent') is None,"
+        " len(nb.cells), nbformat.writes(nb)[:2000]]))\n")
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    import json
+
+    import nbformat
+
+    light, cells, text = json.loads(p.stdout)
+    plain = nbformat.read(ROOT / "release/ps1_sharding/ps1_sharding.ipynb", 4)
+    assert light and cells == len(plain.cells) > 3
+    assert text == nbformat.writes(plain)[:2000]

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import pprint
 import re
 import shutil
@@ -32,11 +33,13 @@ import sys
 import textwrap
 from pathlib import Path
 
-import nbformat
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from autograder.core.imports import light_nbformat  # noqa: E402
+
+nbformat = light_nbformat()
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook  # noqa: E402
 
 CELL = re.compile(r"^# %%(?:\s*\[(\w+)\])?(.*)$")
 
@@ -483,6 +486,14 @@ setup_devices()
 
 def _relative_imports(path: Path, module: str) -> set[str]:
     """The modules of the course package that ``module`` (at ``path``) imports relatively."""
+    st = path.stat()
+    return set(_imports_of(path, module, st.st_mtime_ns, st.st_size))
+
+
+@functools.lru_cache(maxsize=None)
+def _imports_of(path: Path, module: str, mtime_ns: int, size: int) -> frozenset[str]:
+    """:func:`_relative_imports` of the file as it is at (``mtime_ns``, ``size``): each
+    assignment's package walks the same modules, parsed once per process."""
     pkg = module.split(".")[:-1] if path.name != "__init__.py" else module.split(".")
     out = set()
     for node in ast.walk(ast.parse(path.read_text())):
@@ -492,7 +503,7 @@ def _relative_imports(path: Path, module: str) -> set[str]:
                 out.add(".".join(base + node.module.split(".")))
             else:  # from . import a, b
                 out.update(".".join(base + [a.name]) for a in node.names)
-    return out
+    return frozenset(out)
 
 
 def _module_path(module: str) -> Path:

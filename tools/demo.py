@@ -29,10 +29,12 @@ import warnings
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-import nbformat
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from autograder.core.imports import light_nbformat  # noqa: E402
+
+nbformat = light_nbformat()
 STUDENTS = ("ada", "ben", "cleo")
 #: every assignment's due date in the gradebook, and each student's time in timestamp.txt
 DUE = "2026-11-21 18:00:00 UTC"

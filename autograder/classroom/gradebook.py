@@ -24,9 +24,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Iterable, Optional
 
-import nbformat
-
+from ..core.imports import light_nbformat
 from ..course import registry
+
+nbformat = light_nbformat()
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -156,7 +157,6 @@ def _assign_late_penalty(url: str, assignment: str, student: str, config) -> Non
     """nbgrader's own ``AssignLatePenalties`` step on one submitted notebook, as ``nbgrader
     autograde`` runs it: the penalty its ``LateSubmissionPlugin`` gives for the submission's
     seconds past the due date (none when on time)."""
-    import nbformat
     from nbgrader.preprocessors import AssignLatePenalties
     from traitlets.config import Config
 

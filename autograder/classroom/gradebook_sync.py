@@ -129,7 +129,9 @@ def target_cells(assignment: str, gb, course: Path, config=None) -> dict[str, di
     """The cells ``nbgrader generate_assignment`` would record for ``assignment`` (kind -> name
     -> fields): its preprocessors up to ``SaveCells`` on the instructor notebook, then what
     ``SaveCells`` collects, without its refusal to change a notebook that has submissions."""
-    import nbformat
+    from ..core.imports import light_nbformat
+
+    nbformat = light_nbformat()
     from nbgrader.converters.generate_assignment import GenerateAssignment
     from nbgrader.preprocessors import SaveCells
 

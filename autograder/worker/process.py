@@ -100,15 +100,12 @@ def execute_notebook(path: Path, cell_timeout: float, until: int | None = None):
     not run, and the record names that cell (``stopped_cell``)."""
     import shutil
 
-    # jsonschema (under nbformat) checks IRIs with rfc3987_syntax where that is installed, and
-    # that module builds a grammar when imported (about 1 s of every run); nothing here
-    # validates an IRI, so it is left out
-    sys.modules.setdefault("rfc3987_syntax", None)
-    import nbformat
+    from ..core.imports import light_nbformat
+    from ..core.records import ExecutedNotebook
+
+    nbformat = light_nbformat()  # before nbclient, which imports it too
     from nbclient import NotebookClient
     from nbclient.exceptions import CellTimeoutError
-
-    from ..core.records import ExecutedNotebook
 
     work = Path(os.environ.get("HOME", "/tmp")) / "work"
     shutil.copytree(path.parent, work, dirs_exist_ok=True)
