@@ -1,5 +1,7 @@
 """Every release notebook, run as a student who typed in the reference answers would run it:
-its public checks pass, no cell shows an error, and the executed notebook stays small.
+its public checks pass, no cell shows an error, and the executed notebook stays small. The
+kernel cannot import the course package (a student's machine has none): the notebook's checks
+run on its folder's own ``selfcheck`` copy, as on Colab.
 
 One execution per notebook (a module-scoped fixture, with nbclient in a copy of the release
 folder, which has no access to the hidden tests); the tests below only read the result. This is
@@ -19,6 +21,8 @@ ASSIGNMENTS = sorted(p.stem for p in (ROOT / "notebooks").glob("ps*.py"))
 #: an executed notebook, outputs included, must stay below this (issue #11: 552 KB before)
 MAX_BYTES = 300_000
 CELL_TIMEOUT = 600
+#: the cell run before the notebook's own: the course package is out of the kernel's reach
+NO_COURSE_PACKAGE = 'import sys\nsys.modules["autograder"] = None'
 
 
 def _grade_id(cell) -> str | None:
@@ -47,10 +51,14 @@ def executed(request, tmp_path_factory):
     folder = tmp_path_factory.mktemp(asg)
     shutil.copytree(ROOT / "release" / asg, folder, dirs_exist_ok=True)
     nb = answered(asg)
-    # the kernel is a student's: no course settings, the set-up cell chooses the devices
+    # the kernel is a student's: no course settings, the set-up cell chooses the devices, and
+    # no course package (an import of it fails as on a machine without it)
     env = {k: v for k, v in os.environ.items() if k != "JAX_NUM_CPU_DEVICES"}
+    nb.cells.insert(0, nbformat.v4.new_code_cell(NO_COURSE_PACKAGE))
     NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name="python3", allow_errors=True,
                    resources={"metadata": {"path": str(folder)}}).execute(env=env)
+    assert nb.cells[0].source == NO_COURSE_PACKAGE and not _errors(nbformat.v4.new_notebook(
+        cells=[nb.cells[0]])), nb.cells[0].outputs
     path = folder / f"{asg}.executed.ipynb"
     nbformat.write(nb, path)
     return asg, nb, path.stat().st_size
