@@ -9,6 +9,7 @@ reports it signs; one small class graded once serves every test.
 """
 import csv
 import dataclasses
+import importlib.util
 import json
 import os
 import shutil
@@ -22,15 +23,17 @@ from pathlib import Path
 import pytest
 from conftest import HANGS_IN_XLA
 
-#: about processes, files and packaging, not JAX: make test-latest leaves it to make test
-pytestmark = pytest.mark.orchestration
+from autograder.classroom import batch, cluster, credentials
+from autograder.core import identity
+from autograder.core.results import shown
+from autograder.supervisor.options import Limits, Options
 
-distributed = pytest.importorskip("distributed")
-
-from autograder.classroom import batch, cluster, credentials  # noqa: E402
-from autograder.core import identity  # noqa: E402
-from autograder.core.results import shown  # noqa: E402
-from autograder.supervisor.options import Limits, Options  # noqa: E402
+#: about processes, files and packaging, not JAX: make test-latest leaves it to make test.
+#: Dask's distributed (the cluster extra) is imported by the tests that use it, not at
+#: collection, which every pytest process of the suite does (half a second each)
+pytestmark = [pytest.mark.orchestration,
+              pytest.mark.skipif(importlib.util.find_spec("distributed") is None,
+                                 reason="dask distributed is not installed (the cluster extra)")]
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTION = (ROOT / "solutions" / "ps1_sharding.py").read_text()
@@ -190,6 +193,8 @@ class Cluster:
         return json.loads(self.file.read_text())["address"]
 
     def client(self):
+        import distributed
+
         return distributed.Client(self.address, timeout=30, set_as_default=False,
                                   security=self.security)
 
@@ -531,6 +536,7 @@ def test_secured_cluster_refuses_strangers(tmp_path):
     import socket
     import ssl
 
+    import distributed
     from distributed.security import Security
 
     credentials.make_credentials(tmp_path / "course", days=1)

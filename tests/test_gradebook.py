@@ -4,8 +4,6 @@ import warnings
 
 import pytest
 
-pytest.importorskip("nbgrader")
-
 #: about nbgrader's gradebook, not JAX: make test-latest leaves it to make test
 pytestmark = pytest.mark.orchestration
 
