@@ -181,24 +181,18 @@ def grade(area: str, fixture: str, function: str, **kw):
     return local.grade_function(registry.get(function), loaded.function(function), **kw)
 
 
+def hang_in_xla(name: str) -> str:
+    """The source of a function ``name(A, mesh)`` whose program never ends inside XLA, with
+    its imports (tests/fixtures/class/src/hang_in_xla.py, the class's dave's too): device
+    (0, 0) loops forever, the others finish and wait (one busy core, not two)."""
+    src = (FIXTURES / "class" / "src" / "hang_in_xla.py").read_text()
+    return src[src.index("import jax"):].replace("def hang_in_xla(", f"def {name}(", 1)
+
+
 #: a ps1 hand-in whose first function's program never ends when run (the judge is busy with it,
-#: saying nothing to its parent, for as long as its time limit allows): device (0, 0) loops
-#: forever, the others finish and wait, so a hang keeps one core busy, not all eight emulated
-#: devices' two (test_honest, test_judge_pool, test_cluster)
-HANGS_IN_XLA = """import jax
-import jax.numpy as jnp
-from jax.sharding import PartitionSpec as P
-
-
-def shard_average_jit(A, mesh):
-    def body(b):  # device (0, 0) loops forever; the others finish and wait (one busy core)
-        first = (jax.lax.axis_index("X") == 0) & (jax.lax.axis_index("Y") == 0)
-        n = jax.lax.cond(first, lambda: jax.lax.while_loop(
-            lambda c: c[1] >= 0, lambda c: (c[0] + 1.0, c[1]), (jnp.float32(0), jnp.int32(1)))[0],
-            lambda: jnp.float32(0))
-        return b.mean(axis=0, keepdims=True) + 0 * n
-    return jax.shard_map(body, mesh=mesh, in_specs=P("X", "Y"), out_specs=P("X", "Y"))(A)
-"""
+#: saying nothing to its parent, for as long as its time limit allows): test_honest,
+#: test_judge_pool, test_cluster, test_nbgrader
+HANGS_IN_XLA = hang_in_xla("shard_average_jit")
 
 
 #: the inputs of every shared grading (tests/verdicts.json was recorded on this seed)

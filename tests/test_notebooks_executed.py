@@ -57,8 +57,6 @@ def executed(request, tmp_path_factory):
     nb.cells.insert(0, nbformat.v4.new_code_cell(NO_COURSE_PACKAGE))
     NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name="python3", allow_errors=True,
                    resources={"metadata": {"path": str(folder)}}).execute(env=env)
-    assert nb.cells[0].source == NO_COURSE_PACKAGE and not _errors(nbformat.v4.new_notebook(
-        cells=[nb.cells[0]])), nb.cells[0].outputs
     path = folder / f"{asg}.executed.ipynb"
     nbformat.write(nb, path)
     return asg, nb, path.stat().st_size

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, hang_in_xla
 
 from autograder.classroom.batch import grade_all
 from autograder.isolation import sandbox as isolation
@@ -384,15 +384,8 @@ def test_hang_in_one_function_keeps_the_rest(tmp_path):
     from autograder.cli.main import grade_path
 
     src = tmp_path / "sub.py"
-    src.write_text(HEAD + '''
-def shard_average_shard_map(A, mesh):
-    def body(b):  # device (0, 0) loops forever; the others finish and wait (one busy core)
-        first = (jax.lax.axis_index("X") == 0) & (jax.lax.axis_index("Y") == 0)
-        n = jax.lax.cond(first, lambda: jax.lax.while_loop(
-            lambda c: c[1] >= 0, lambda c: (c[0] + 1.0, c[1]), (jnp.float32(0), jnp.int32(1)))[0],
-            lambda: jnp.float32(0))
-        return b.mean(axis=0, keepdims=True) + 0 * n
-    return jax.shard_map(body, mesh=mesh, in_specs=P('X', 'Y'), out_specs=P('X', 'Y'))(A)
+    src.write_text(hang_in_xla("shard_average_shard_map") + '''
+
 def roll_diff(A, shift, mesh):
     return jax.shard_map(lambda b: jnp.roll(b, shift, axis=0) - b, mesh=mesh,
                          in_specs=P('X', 'Y'), out_specs=P('X', 'Y'))(A)
