@@ -1,16 +1,26 @@
 """Shared fixtures: 8 emulated devices before anything touches JAX, fixture loading, and the
 gradings several tests read (each done once per process: :func:`graded`)."""
+import atexit
 import functools
 import os
 import resource
+import shutil
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-# The trusted side's class-wide cache: one per test session, never the user's own.
-os.environ.setdefault("AUTOGRADER_CACHE_DIR", tempfile.mkdtemp(prefix="autograder-cache-"))
+# The trusted side's class-wide cache: one per test session, never the user's own
+# ($AUTOGRADER_CACHE_DIR is set over). The session that makes it removes it (its big cases
+# alone are about 0.7 GB); one named by $SUITE_CACHE_DIR (tools/run_suite.py's, shared by its
+# two phases; pytest-xdist's workers inherit their session's) is its namer's to remove.
+SUITE_CACHE = "SUITE_CACHE_DIR"
+_OWN_CACHE = None
+if not os.environ.get(SUITE_CACHE):
+    _OWN_CACHE = os.environ[SUITE_CACHE] = tempfile.mkdtemp(prefix="autograder-cache-")
+    atexit.register(shutil.rmtree, _OWN_CACHE, ignore_errors=True)  # a script's too
+os.environ["AUTOGRADER_CACHE_DIR"] = os.environ[SUITE_CACHE]
 
 from autograder.core.devices import setup_devices
 from autograder.core.imports import light_nbformat

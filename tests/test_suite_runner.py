@@ -109,3 +109,30 @@ def test_what_one_test_module_imports_from_another_is_there():
                 missing += [f"tests/{stem}.py:{node.lineno} imports {a.name} from {node.module}"
                             for a in node.names if a.name != "*" and a.name not in have]
     assert len(trees) > 10 and not missing, missing
+
+
+def test_a_session_removes_the_cache_it_made_and_keeps_the_one_it_was_given(tmp_path):
+    """The session's class-wide cache (big cases alone are about 0.7 GB) goes with the session
+    that made it; one named by $SUITE_CACHE_DIR (tools/run_suite.py's, for both its phases) is
+    left to whoever named it."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT, SUITE_CACHE
+
+    given = tmp_path / "given"
+    given.mkdir()
+    (given / "kept.npz").touch()
+    for named in (None, given):
+        env = {k: v for k, v in os.environ.items() if k != SUITE_CACHE}
+        env["TMPDIR"] = str(tmp_path)
+        if named is not None:
+            env[SUITE_CACHE] = str(named)
+        run = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+             "tests/test_suite_runner.py::test_busy_seconds_counts_the_tests_running_at_once"],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stdout + run.stderr
+    assert not list(tmp_path.glob("autograder-cache-*")), "a session left its own cache behind"
+    assert (given / "kept.npz").is_file(), "a session removed a cache it was given"

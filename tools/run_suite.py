@@ -41,7 +41,8 @@ def _cpu_s() -> float:
     return use.ru_utime + use.ru_stime
 
 
-def _phase(select: str, parallel: bool, workers: int, extra: list[str], xml: Path) -> tuple[int, float]:
+def _phase(select: str, parallel: bool, workers: int, extra: list[str], xml: Path,
+           env: dict) -> tuple[int, float]:
     argv = [sys.executable, "-m", "pytest", "-q", *PATHS, "-m", select,
             f"--junitxml={xml}", "-o", "junit_family=xunit1"]
     # --no-loadscope-reorder: the units go out in tests/conftest.py's order (the dearest
@@ -52,7 +53,7 @@ def _phase(select: str, parallel: bool, workers: int, extra: list[str], xml: Pat
               "--max-worker-restart", "0"]
              if parallel and workers > 1 else ["-n", "0"])
     t0 = time.monotonic()
-    rc = subprocess.call(argv + extra, cwd=ROOT)
+    rc = subprocess.call(argv + extra, cwd=ROOT, env=env)
     return (0 if rc == NO_TESTS else rc), time.monotonic() - t0
 
 
@@ -133,13 +134,17 @@ def main(argv=None) -> int:
     t0 = time.monotonic()
     results = []
     with tempfile.TemporaryDirectory(prefix="suite-") as tmp:
+        # one class-wide cache for both phases (the big cases drawn once), removed with tmp
+        # (tests/conftest.py's SUITE_CACHE)
+        (Path(tmp) / "cache").mkdir()
+        env = {**os.environ, "SUITE_CACHE_DIR": str(Path(tmp) / "cache")}
         for name, select, parallel in (("serial", f"{base}serial", False),
                                        ("parallel", f"{base}not serial", True)):
             print(f"\n== {name} phase: -m \"{select}\"" +
                   (f", {a.workers} workers" if parallel else ", one test at a time"), flush=True)
             xml = Path(tmp) / f"{name}.xml"
             cpu = _cpu_s()
-            rc, took = _phase(select, parallel, a.workers, a.pytest_args, xml)
+            rc, took = _phase(select, parallel, a.workers, a.pytest_args, xml, env)
             results.append((name, rc, took, _cpu_s() - cpu, _cases(xml)))
     total = time.monotonic() - t0
     every = sorted((c for *_, cs in results for c in cs), reverse=True)
