@@ -25,12 +25,12 @@ browser:  ## headless chromium, for the test that opens the class report (root o
 	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || { [ "$$(id -u)" = 0 ] && \
 	  command -v apt-get >/dev/null && (apt-get update -qq && apt-get install -y -qq chromium) >/dev/null 2>&1; } || \
 	  echo "note: chromium is missing: the class report's browser test will be skipped (sudo apt-get install chromium)"
+# installed with --no-compile, then compiled on every core: tools/compile_site.py says why
 $(STAMP): pyproject.toml autograder/core/versions.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	# --no-compile: Python compiles what is imported when it is first imported; pip's compiling of
-	# every installed module up front took more than half the install (29 of 51 s here)
 	$(PY) -m pip install -q --no-compile -e ".[dev]" "jax==$(JAX_MIN)" "jaxlib==$(JAX_MIN)"
+	$(PY) tools/compile_site.py
 	touch $(STAMP)
 
 source: $(STAMP)  ## instructor notebooks from notebooks/ and solutions/, and the selfcheck packages (git-ignored)

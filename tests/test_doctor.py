@@ -142,3 +142,23 @@ def test_setup_cell_describes_jax_and_devices():
     text = describe_devices()
     assert text.startswith(f"JAX {jax.__version__}")
     assert "emulated CPU devices" in text and "default backend" in text
+
+
+def test_the_installed_modules_this_process_imported_were_compiled_once():
+    """Every module this test process imported from the environment's site-packages (jax,
+    numpy, nbformat...) has its bytecode beside it: the installs compile them
+    (tools/compile_site.py). Where $PYTHONDONTWRITEBYTECODE is set nothing else writes it, and
+    each process of the suite would compile them again (about 2 s of CPU each)."""
+    import importlib.util
+    import sys
+    import sysconfig
+    from pathlib import Path
+
+    site = {Path(sysconfig.get_path(k)).resolve() for k in ("purelib", "platlib")}
+    imported = [Path(m.__file__).resolve() for m in list(sys.modules.values())
+                if getattr(m, "__file__", None) and str(m.__file__).endswith(".py")]
+    installed = [p for p in imported if any(p.is_relative_to(s) for s in site)]
+    assert len(installed) > 100, "jax alone is more modules than this"
+    missing = [p for p in installed if not Path(importlib.util.cache_from_source(p)).is_file()]
+    assert not missing, (f"{len(missing)} of {len(installed)} imported modules have no "
+                         f"bytecode, e.g. {missing[:3]}: run tools/compile_site.py")

@@ -39,9 +39,10 @@ install() {  # $1: interpreter. A fresh venv when it was made by another Python.
     "$1" -m venv "$VENV" || return 1
   fi
   "$VENV/bin/python" -m pip install -q --upgrade pip || return 1
-  # jax and jaxlib named: upgraded to the newest release the package's range allows;
-  # --no-compile: modules are compiled as they are first imported (as in the Makefile)
+  # jax and jaxlib named: upgraded to the newest release the package's range allows; then
+  # compiled to bytecode on every core (tools/compile_site.py says why)
   "$VENV/bin/python" -m pip install -q --no-compile --upgrade -e ".[dev]" jax jaxlib || return 1
+  "$VENV/bin/python" tools/compile_site.py || return 1
 }
 
 chosen=""
