@@ -1,4 +1,6 @@
 """tools/run_suite.py's parallel phase keeps the tests that share one piece of work together."""
+import os
+
 import pytest
 
 #: the same on every JAX: make test runs it, make test-latest leaves it out
@@ -136,3 +138,13 @@ def test_a_session_removes_the_cache_it_made_and_keeps_the_one_it_was_given(tmp_
         assert run.returncode == 0, run.stdout + run.stderr
     assert not list(tmp_path.glob("autograder-cache-*")), "a session left its own cache behind"
     assert (given / "kept.npz").is_file(), "a session removed a cache it was given"
+
+
+def test_the_phases_share_one_cache_and_write_bytecode(monkeypatch, tmp_path):
+    """Both phases (and every process they start) read one class-wide cache and write the
+    bytecode of what they import, even where the caller's environment says not to."""
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    env = _runner().phase_env(tmp_path)
+    assert env["SUITE_CACHE_DIR"] == str(tmp_path)
+    assert not env.get("PYTHONDONTWRITEBYTECODE")
+    assert env["PATH"] == os.environ["PATH"]
