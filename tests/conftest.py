@@ -16,10 +16,9 @@ import pytest
 # alone are about 0.7 GB); one named by $SUITE_CACHE_DIR (tools/run_suite.py's, shared by its
 # two phases; pytest-xdist's workers inherit their session's) is its namer's to remove.
 SUITE_CACHE = "SUITE_CACHE_DIR"
-_OWN_CACHE = None
 if not os.environ.get(SUITE_CACHE):
-    _OWN_CACHE = os.environ[SUITE_CACHE] = tempfile.mkdtemp(prefix="autograder-cache-")
-    atexit.register(shutil.rmtree, _OWN_CACHE, ignore_errors=True)  # a script's too
+    os.environ[SUITE_CACHE] = tempfile.mkdtemp(prefix="autograder-cache-")
+    atexit.register(shutil.rmtree, os.environ[SUITE_CACHE], ignore_errors=True)  # a script's too
 os.environ["AUTOGRADER_CACHE_DIR"] = os.environ[SUITE_CACHE]
 
 from autograder.core.devices import setup_devices

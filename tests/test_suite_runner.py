@@ -1,4 +1,5 @@
-"""tools/run_suite.py's parallel phase keeps the tests that share one piece of work together."""
+"""tools/run_suite.py: its parallel phase keeps the tests that share one piece of work together,
+and its phases share one class-wide cache, removed with them, and write bytecode once."""
 import os
 
 import pytest
@@ -117,7 +118,6 @@ def test_a_session_removes_the_cache_it_made_and_keeps_the_one_it_was_given(tmp_
     """The session's class-wide cache (big cases alone are about 0.7 GB) goes with the session
     that made it; one named by $SUITE_CACHE_DIR (tools/run_suite.py's, for both its phases) is
     left to whoever named it."""
-    import os
     import subprocess
     import sys
 
