@@ -37,6 +37,48 @@ def test_a_program_lowered_from_shapes_is_the_one_lowered_from_the_arrays(name):
         assert shaped.as_text() == placed.as_text(), size
 
 
+#: a program with a loop whose trip count the data decides (alt_flag_loop's moe_all_to_all: a
+#: while_loop over exchange rounds), a jit program XLA partitions (moe_jit), a ring of
+#: collective permutes (ps3), and a one-device program (moe_local)
+MODEL_READS = [("tests/fixtures/ps2_moe/alt_flag_loop.py", "moe_all_to_all"),
+               ("solutions/ps2_moe.py", "moe_jit"),
+               ("solutions/ps3_collective_matmul.py", "matmul_reducescatter"),
+               ("solutions/ps2_moe.py", "moe_local")]
+
+
+@pytest.mark.parametrize("path,name", MODEL_READS)
+def test_the_models_compile_reads_what_the_speed_compile_would(path, name):
+    """On CPU the speed case's program is compiled for the TPU model with LLVM at its least
+    (``MODEL_CPU_COMPILE``: it never runs; the instrumented copy does): its partitioned
+    module, its optimised module (what XLA added) and XLA's FLOP count are those of the
+    speed compile's (``SPEED_CPU_COMPILE``), XLA's HLO passes being the same."""
+    import jax
+
+    from autograder.core.compiling import MODEL_CPU_COMPILE, SPEED_CPU_COMPILE, cpu_options
+    from autograder.tpumodel.api import compile_partitioned
+    from autograder.tpumodel.work import xla_flops
+    from conftest import loaded
+
+    problem = registry.get(name)
+    plan = grading.plan_for(problem, seed=11, quick=True)
+    req = plan.big_request("speed")
+    replies = LocalExporter.of(name, loaded(path).function(name)).export([req])
+    call = grading.Programs(plan, replies)._artifact(req).call
+    layout, case = plan.big("speed")
+    args = grading._dynamic(problem, grading._place(problem, case,
+                                                   grading._mesh_for(problem, layout)))
+
+    def reads(options):
+        compiled, text = compile_partitioned(jax.jit(call).lower(*args), cpu_options(options))
+        return text, compiled.as_text(), xla_flops(compiled)
+
+    model, speed = reads(MODEL_CPU_COMPILE), reads(SPEED_CPU_COMPILE)
+    for what, m, s in zip(("partitioned module", "optimised module", "FLOP count"), model,
+                          speed, strict=True):
+        assert m == s, what
+    assert speed[2][0], speed[2]  # a count, so the floor is read from both
+
+
 def test_the_memory_and_speed_programs_compile_once_in_the_pool(monkeypatch):
     problem, fn = reference_answer("moe_local")
     made: list = []
@@ -175,3 +217,40 @@ def test_a_limit_run_out_in_an_earlier_test_is_not_carried_into_the_next(request
 
     assert errors.EXPIRED == 0
     errors.EXPIRED = 1  # as an in-process hang leaves it; the next test must not see it
+
+
+def test_the_compile_options_this_xla_accepts_are_probed_in_one_compile(monkeypatch):
+    """Every judge and worker asks which of the course's compile options its XLA knows: all
+    of them at once (one compile where all are known), an option XLA refuses left out by the
+    name its refusal gives, and the rest kept."""
+    from autograder.core import compiling
+
+    tried: list = []
+    real = compiling._compiles_with
+    monkeypatch.setattr(compiling, "_compiles_with", lambda o: tried.append(dict(o)) or real(o))
+    known = {"xla_backend_optimization_level": 0, "xla_cpu_parallel_codegen_split_count": 1}
+    assert compiling.cpu_options({**known, "xla_no_such_option_here": True}) == known
+    assert len(tried) == 2 and tried[-1] == known, tried
+    tried.clear()
+    assert compiling.cpu_options({"xla_backend_optimization_level": 1}) == {
+        "xla_backend_optimization_level": 1}
+    assert len(tried) == 1
+
+
+def test_a_warming_judge_compiles_baselines_to_run_only_where_they_are_timed(monkeypatch,
+                                                                             tmp_path):
+    """``python -m autograder.judge --warm`` keeps each jit baseline's partitioned module for
+    the TPU model; it compiles the baseline to run only where the speed case is timed (a TPU,
+    no model): on CPU that compile was thrown away, in every class run."""
+    from autograder.judge import process
+
+    compiled, texts = [], []
+    monkeypatch.setattr(grading, "CACHE_DIR", None)
+    monkeypatch.setattr(grading, "compile_for", lambda p, *a, **k: compiled.append(p.name))
+    monkeypatch.setattr(grading, "baseline_text", lambda p, *a: texts.append(p.name))
+    process.warm(["ps1_sharding"], with_speed=True)
+    baselines = [p.name for p in registry.problems("ps1_sharding") if p.baseline is not None]
+    assert texts == baselines and not compiled
+    monkeypatch.setattr(grading, "_default_modeler", lambda: None)  # a TPU: timed
+    process.warm(["ps1_sharding"], with_speed=True)
+    assert compiled == baselines

@@ -30,6 +30,7 @@ from ..core.compare import copies_disagree, genuine_array, sharding_problem
 from ..core.compiling import (
     FAST_CPU_COMPILE,
     MEMORY_CPU_COMPILE,
+    MODEL_CPU_COMPILE,
     SPEED_CPU_COMPILE,
     on_cpu,
     runner,
@@ -237,10 +238,17 @@ def compile_for(problem: Problem, fn, mesh, args, *, baseline: bool = False,
 
 
 def speed_options() -> Optional[dict]:
-    """How the speed case is compiled, the student's program and the baseline alike: on CPU,
-    where the TPU model is the basis and the program runs once for its values,
-    :data:`SPEED_CPU_COMPILE` (both sides the same); elsewhere as XLA would."""
+    """How the speed case is compiled where it is timed, the student's program and the
+    baseline alike: as XLA would (None) on an accelerator, :data:`SPEED_CPU_COMPILE` on CPU."""
     return on_cpu(SPEED_CPU_COMPILE)
+
+
+def model_options() -> Optional[dict]:
+    """How the speed case's program is compiled for the TPU model (its partitioned and
+    optimised modules, XLA's FLOP count): on CPU, where that compile is never run (the
+    instrumented copy runs, :meth:`Programs.counted_run`), :data:`MODEL_CPU_COMPILE`, whose
+    HLO passes are :func:`speed_options`'s; elsewhere as XLA would."""
+    return on_cpu(MODEL_CPU_COMPILE)
 
 
 def _signature(problem: Problem, case: Case) -> tuple:
@@ -500,8 +508,9 @@ class Programs:
         return self._once((req.id, fast), make)
 
     def speed_program(self, layout, case: Case, mesh, args):
-        """``(compiled, partitioned text)`` of the speed case: one full compile serves both the
-        timing and the TPU model."""
+        """``(compiled, partitioned text)`` of the speed case, for the TPU model: one compile
+        (:func:`model_options`) gives its partitioned module, its optimised module and XLA's
+        FLOP count."""
         return self._speed_program_for(self.plan.request(layout, case), args)
 
     def _speed_program_for(self, req: ExportRequest, args):
@@ -512,7 +521,7 @@ class Programs:
 
             art = self._artifact(req)
             lowered = jax.jit(art.call).lower(*_dynamic(self.plan.problem, args))
-            return compile_partitioned(lowered, speed_options())
+            return compile_partitioned(lowered, model_options())
 
         return self._once((req.id, "speed"), make)
 

@@ -75,13 +75,15 @@ def enable_cache(cache_dir: str | None) -> None:
 
 
 def warm(assignments: list[str], *, with_speed: bool) -> None:
-    """Compile every jit baseline of the speed check (into the persistent cache, for the
-    programs the model cannot read), and keep its partitioned module for the TPU model."""
+    """Keep every jit baseline's partitioned module for the TPU model, and, where the speed case
+    is timed (a TPU: no model), compile the baseline into the persistent cache. Where the model
+    decides (CPU, GPU) no baseline runs, so none is compiled for running."""
     from ..course import registry
     from . import grading
 
     if not with_speed:
         return
+    timed = grading._default_modeler() is None
     for p in registry.problems():
         if (assignments and p.assignment not in assignments) or p.baseline is None:
             continue
@@ -90,8 +92,9 @@ def warm(assignments: list[str], *, with_speed: bool) -> None:
         mesh = grading.make_mesh(*layout)
         args = grading._place(p, case, mesh)
         grading.baseline_text(p, layout, case, mesh, args)
-        grading.compile_for(p, p.baseline, mesh, args, baseline=True,
-                            options=grading.speed_options())
+        if timed:
+            grading.compile_for(p, p.baseline, mesh, args, baseline=True,
+                                options=grading.speed_options())
 
 
 def exporter_for(a):

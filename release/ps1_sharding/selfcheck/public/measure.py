@@ -172,7 +172,7 @@ def speed_models(problem, fn, mesh, args, *, chip: str, baseline=None) -> tuple:
     the model cannot price."""
     import jax
 
-    from ..core.compiling import SPEED_CPU_COMPILE, on_cpu, runner
+    from ..core.compiling import MODEL_CPU_COMPILE, SPEED_CPU_COMPILE, on_cpu, runner
     from ..core.optable import refusal
     from ..course.reading import export_for_reading
     from ..tpumodel.api import (
@@ -190,9 +190,10 @@ def speed_models(problem, fn, mesh, args, *, chip: str, baseline=None) -> tuple:
                   tuple(int(mesh.shape[a]) for a in ("X", "Y")) if geo_mesh else None)
     if got is not None:  # as the grader: never priced by a guess
         raise Unpriced(str(got).rstrip("."))
-    # one compile, as the grader's speed program: the model's input and XLA's FLOP count
+    # one compile, as the grader's speed program: the model's input and XLA's FLOP count (never
+    # run: the instrumented copy below runs)
     compiled, text = compile_partitioned(jax.jit(exported.call).lower(*dynamic),
-                                         on_cpu(SPEED_CPU_COMPILE))
+                                         on_cpu(MODEL_CPU_COMPILE))
     base_text = None if baseline is not None else baseline_hlo(problem, mesh, args)
     measured, pinned = run_hooks(exported, dynamic, *_mesh_geometry(geo_mesh),
                                  run=runner(SPEED_CPU_COMPILE))

@@ -96,9 +96,16 @@ class Geometry:
         self.shape = tuple(int(s) for s in mesh_shape)
         self.names = tuple(axis_names)
         self.n = int(np.prod(self.shape)) if self.shape else 1
+        # every device's coordinates, read once: the model asks for them per message and task
+        self._coords = [self._unravel(d) for d in range(self.n)]
+
+    def _unravel(self, dev: int) -> tuple[int, ...]:
+        return tuple(int(c) for c in np.unravel_index(dev, self.shape))
 
     def coords(self, dev: int) -> tuple[int, ...]:
-        return tuple(int(c) for c in np.unravel_index(dev, self.shape))
+        if 0 <= dev < self.n:
+            return self._coords[dev]
+        return self._unravel(dev)  # not a device of the mesh: unravel_index says so
 
     def group_axes(self, group: list[int]) -> list[int]:
         cs = np.array([self.coords(d) for d in group])

@@ -16,6 +16,7 @@ program :attr:`Flattener.device_dependent`, and the model then flattens every de
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -53,7 +54,7 @@ class Shape:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.dims, dtype=np.int64)) if self.dims else 1
+        return math.prod(int(d) for d in self.dims)  # exact: never wraps as int64 would
 
     @property
     def nbytes(self) -> int:
