@@ -146,9 +146,11 @@ def test_setup_cell_describes_jax_and_devices():
 
 def test_the_installed_modules_this_process_imported_were_compiled_once():
     """Every module this test process imported from the environment's site-packages (jax,
-    numpy, nbformat...) has its bytecode beside it: the installs compile them
-    (tools/compile_site.py). Where $PYTHONDONTWRITEBYTECODE is set nothing else writes it, and
-    each process of the suite would compile them again (about 2 s of CPU each)."""
+    numpy, nbformat...) has its bytecode beside it: make test's install compiles them
+    (tools/compile_site.py), and the suite's processes write what they import
+    (tools/run_suite.py's phase_env: make test-latest's environment is compiled so). Where
+    $PYTHONDONTWRITEBYTECODE is set and neither is done, each process of the suite compiles
+    them again (about 2 s of CPU each)."""
     import importlib.util
     import sys
     import sysconfig

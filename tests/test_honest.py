@@ -48,11 +48,15 @@ def _many_requests(n: int):
     return [dataclasses.replace(one, id=i) for i in range(n)]
 
 
-@pytest.mark.serial  # its bounds are seconds of wall-clock time
+# A worker that never reads or stops mid-line is idle: its bounds (the submit in under 5 s of
+# what takes milliseconds, the answer within its 4 s limit) hold beside other tests, so it runs
+# in the parallel phase, as does the silent worker below (12 and 3 s of the serial phase's
+# wall-clock, spent waiting). The flooding one is measured alone: beside other tests it would
+# write less in its 2 s than the allowance it must fill.
 @pytest.mark.parametrize("fake, why", [
     ("never_reads", "time limit"),
     ("half_line", "time limit"),
-    ("floods", "nobody asked for"),
+    pytest.param("floods", "nobody asked for", marks=pytest.mark.serial),
 ])
 def test_a_worker_that_misbehaves_never_blocks_the_judge(fake, why, monkeypatch, tmp_path):
     monkeypatch.setattr(channel, "spawn_untrusted", _fake_spawner(fake))
@@ -94,7 +98,6 @@ def _requests_of(functions: list[str]):
     return [dataclasses.replace(one, id=i, function=f) for i, f in enumerate(functions)]
 
 
-@pytest.mark.serial  # it reads the sandbox's CPU time over a wait
 def test_a_silent_worker_costs_two_limits_not_one_per_function(monkeypatch, tmp_path):
     """A worker that answers nothing, idle (here it never reads; a replaced sys.stdin or a
     signal handler does the same): the first missed deadline restarts it, the fresh one misses
