@@ -1,14 +1,12 @@
 """Compile every module of this Python's site-packages to bytecode, on every core.
 
-The Makefile's ``.venv`` (the course's commands and ``make test``) is installed by pip with
-``--no-compile``, then this: pip compiles one module at a time (29 of the 51 s of the newer
-JAX's install here), this on every core (12 s). Never left out there: where
+The installs (the Makefile's ``.venv``, ``tools/test_latest.sh``'s ``.venv-latest``) run pip
+with ``--no-compile``, then this: pip compiles one module at a time (29 of the 51 s of the newer
+JAX's install here), this on every core (12 s). Never left out: where
 ``$PYTHONDONTWRITEBYTECODE`` is set (this machine, CI) nothing else writes the bytecode, and
-every process of a class run would compile jax's, numpy's and scipy's modules again as it
-imports them (about 2 s of CPU each). ``tools/test_latest.sh``'s ``.venv-latest`` is the
-suite's alone, whose processes write the bytecode of what they import
-(``tools/run_suite.py``'s ``phase_env``): it is not compiled ahead. A module that does not
-compile (a package's old test file) is skipped, as pip skips it.
+every process of the suite would compile jax's, numpy's and scipy's modules again as it imports
+them (about 2 s of CPU each). A module that does not compile (a package's old test file) is
+skipped, as pip skips it.
 
     .venv/bin/python tools/compile_site.py
 """
