@@ -225,6 +225,7 @@ def test_the_compile_options_this_xla_accepts_are_probed_in_one_compile(monkeypa
     name its refusal gives, and the rest kept."""
     from autograder.core import compiling
 
+    compiling._accepted.cache_clear()  # counted afresh, whatever this process probed before
     tried: list = []
     real = compiling._compiles_with
     monkeypatch.setattr(compiling, "_compiles_with", lambda o: tried.append(dict(o)) or real(o))
