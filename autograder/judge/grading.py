@@ -35,6 +35,7 @@ from ..core.compiling import (
     on_cpu,
     runner,
 )
+from ..core import devices
 from ..core.devices import platform as current_platform
 from ..core.errors import GradingTimeout, describe_error, time_limit
 from ..core.files import replaced
@@ -185,17 +186,14 @@ def _short_error(e: BaseException) -> str:
 
 
 def _place(problem: Problem, case: Case, mesh):
-    import jax
-    from jax.sharding import NamedSharding
-
     out = []
     for a, spec in zip(case.args, problem.in_specs):
         if spec is None:
             out.append(a)
         elif problem.uses_mesh:
-            out.append(jax.device_put(a, NamedSharding(mesh, spec)))
+            out.append(devices.place(a, mesh, spec))
         else:
-            out.append(jax.device_put(a, mesh.devices.flat[0]))
+            out.append(devices.place(a, mesh))
     return out
 
 
@@ -227,14 +225,13 @@ def _bind(problem: Problem, fn, mesh) -> Callable:
 def compile_for(problem: Problem, fn, mesh, args, *, baseline: bool = False,
                 options: Optional[dict] = None):
     """jit + lower + compile trusted ``fn`` (the jit baseline) for these placed args."""
-    import jax
     from jax.sharding import NamedSharding
 
     kw = {}
     if baseline and problem.uses_mesh:
         kw["out_shardings"] = NamedSharding(mesh, problem.out_spec)
-    jitted = jax.jit(_bind(problem, fn, mesh), static_argnums=problem.static_argnums, **kw)
-    return jitted.lower(*args).compile(options)
+    return devices.lower(_bind(problem, fn, mesh), *args, static_argnums=problem.static_argnums,
+                         **kw).compile(options)
 
 
 def speed_options() -> Optional[dict]:
@@ -460,7 +457,7 @@ class Programs:
             raise got
         return got
 
-    def key(self, *, with_speed: bool) -> Optional[tuple[str, str]]:
+    def key(self, *, with_speed: bool, timed: bool = False) -> Optional[tuple[str, str]]:
         """``(key, located digest)`` of this function's verdict (:mod:`autograder.judge.reuse`);
         None unless every program arrived intact."""
         digests, artifacts = [], []
@@ -471,7 +468,8 @@ class Programs:
                     digests.append((req, artifact_digest(artifacts[-1])))
                 except Exception:  # noqa: BLE001 - an export error, a broken artifact
                     return None
-        return (function_key(self.plan, digests, options={"speed": with_speed}),
+        options = {"speed": with_speed, **({"timed": True} if timed else {})}
+        return (function_key(self.plan, digests, options=options),
                 located_digest(artifacts))
 
     # -- compiles --------------------------------------------------------------------------
@@ -496,10 +494,8 @@ class Programs:
 
     def _compiled_for(self, req: ExportRequest, args, *, fast):
         def make():
-            import jax
-
             art = self._artifact(req)
-            lowered = jax.jit(art.call).lower(*_dynamic(self.plan.problem, args))
+            lowered = devices.lower(art.call, *_dynamic(self.plan.problem, args))
             if not fast:
                 return lowered.compile()
             return lowered.compile(on_cpu(MEMORY_CPU_COMPILE if fast == "memory"
@@ -515,12 +511,10 @@ class Programs:
 
     def _speed_program_for(self, req: ExportRequest, args):
         def make():
-            import jax
-
             from ..tpumodel.api import compile_partitioned
 
             art = self._artifact(req)
-            lowered = jax.jit(art.call).lower(*_dynamic(self.plan.problem, args))
+            lowered = devices.lower(art.call, *_dynamic(self.plan.problem, args))
             return compile_partitioned(lowered, model_options())
 
         return self._once((req.id, "speed"), make)
@@ -851,7 +845,8 @@ def plan_for(problem: Problem, *, seed: int | None = None, quick: bool = False,
 def grade_function(problem: Problem, source, *, seed: int | None = None, quick: bool = False,
                    with_speed: bool = True, modeler: Optional[Callable] = None,
                    export_timeout: float = 120.0, plan: Optional[Plan] = None,
-                   store: Optional[VerdictStore] = None, overlap: bool = True) -> FunctionResult:
+                   store: Optional[VerdictStore] = None, overlap: bool = True,
+                   timed: Optional[bool] = None) -> FunctionResult:
     """Grade one function from the programs ``source`` exports.
 
     ``source`` is an :class:`~autograder.judge.artifacts.Exporter`: the sandboxed worker, or,
@@ -861,7 +856,12 @@ def grade_function(problem: Problem, source, *, seed: int | None = None, quick: 
     Python. ``store``: verdicts of identical programs graded before on the same inputs
     (:mod:`autograder.judge.reuse`), reused and added to. ``overlap`` False: no compile pool
     (:meth:`Programs.compiling`), for a function whose last fault had no single owner.
+    ``timed``: the speed case is timed against the jit baseline and the wall-clock ratio decides,
+    the model's figure beside it (default: where the course's devices are real accelerators,
+    :func:`timed_here`; True on emulated CPU devices is a test of that path, not a grade).
     """
+    if timed is None:
+        timed = timed_here()
     res = FunctionResult(problem.name, float(problem.points), weights=dict(problem.weights))
     if source is None or not hasattr(source, "export"):
         why = f"function {problem.name!r} not found in the submission"
@@ -882,7 +882,7 @@ def grade_function(problem: Problem, source, *, seed: int | None = None, quick: 
             replies = exporter.export(requests, export_timeout,
                                       on_reply=programs.arrived if store is None else None)
         programs.replies.update(replies)
-        key = programs.key(with_speed=with_speed) if store is not None else None
+        key = programs.key(with_speed=with_speed, timed=timed) if store is not None else None
         earlier = store.get(*key) if key else None
         if earlier is not None:
             try:
@@ -893,14 +893,15 @@ def grade_function(problem: Problem, source, *, seed: int | None = None, quick: 
             except ValueError:
                 res.checks = []
         programs.start_big()
-        _grade(programs, res, with_speed=with_speed, modeler=modeler)
+        _grade(programs, res, with_speed=with_speed, modeler=modeler, timed=timed)
     # A verdict that hit a time limit may owe it to a busy machine: never handed on.
     if key and not any("timed out" in c.message for c in res.checks):
         store.put(key[0], [c.to_dict() for c in res.checks], key[1])
     return res
 
 
-def _grade(programs: Programs, res: FunctionResult, *, with_speed: bool, modeler) -> None:
+def _grade(programs: Programs, res: FunctionResult, *, with_speed: bool, modeler,
+           timed: bool = False) -> None:
     problem = programs.plan.problem
     with phase("numerics (compile and run)"):
         attempts = gather_attempts(programs)
@@ -939,7 +940,7 @@ def _grade(programs: Programs, res: FunctionResult, *, with_speed: bool, modeler
         # a program the op table refuses fails speed with structure (core/optable.py)
         refused = next((checks.at(problem, a.layout, None, a.paths.refused) for a in attempts
                         if a.paths is not None and a.paths.refused), None)
-        speed = _speed_check(programs, modeler, rules=kept, refused=refused)
+        speed = _speed_check(programs, modeler, rules=kept, refused=refused, timed=timed)
         res.checks.append(checks.credited(speed, structure))
 
 
@@ -1038,8 +1039,14 @@ def _big_case_structure(programs: Programs, check: str, big: BigCase, mesh, args
                                          att)
 
 
+def timed_here() -> bool:
+    """Whether the speed case is timed here by default: on real accelerators (the course's
+    devices are 8 or more of them), where wall-clock means what it would on the chips."""
+    return devices.is_accelerator()
+
+
 def _speed_check(programs: Programs, modeler, *, rules: bool,
-                 refused: Optional[str] = None) -> CheckResult:
+                 refused: Optional[str] = None, timed: bool = False) -> CheckResult:
     """The speed check of the speed case's program. ``refused``: the op table's refusal of a
     numerics program (:mod:`autograder.core.optable`); that program, or a speed program the
     table refuses, fails here as it fails structure, before anything is compiled or timed."""
@@ -1089,14 +1096,18 @@ def _speed_check(programs: Programs, modeler, *, rules: bool,
                               f"{modeled['unreadable']}. Speed is judged by the model alone "
                               "off a TPU, so this check fails; write the program with the "
                               "shard_map, collectives and loops the exercise asks for")
-            # Wall-clock is timed only where it decides: a real accelerator (no modeler).
+            # Wall-clock is timed only where it decides: a real accelerator (``timed``; the
+            # model's figure beside it), or emulated devices told to (a test of this path).
             # Where the model decides, timing emulated devices adds nothing.
-            rounds = 0 if modeler is not None else MEASURED_ROUNDS
+            rounds = MEASURED_ROUNDS if (timed or modeler is None) else 0
             s = b = ratio = float("nan")
             if rounds:
+                # the baseline compiled as the student's program was (the model's compile,
+                # where one ran), so the two are timed alike
+                options = speed_options() if modeler is None else model_options()
                 with phase("speed: compile"), grader_work("compiling the jit baseline"):
                     base = compile_for(problem, problem.baseline, mesh, args, baseline=True,
-                                       options=None if modeler is None else speed_options())
+                                       options=options)
                 with phase("speed: measure"):
                     s, b, ratio = measure(student, base, _dynamic(problem, args),
                                           rounds=rounds)

@@ -37,6 +37,7 @@ from ..core.results import CheckResult, FunctionResult, SubmissionResult, skippe
 from ..isolation.processes import die_with_parent
 from .handin import MAX_HANDIN, own_files, read_capped
 from .options import Limits, Options, cache_for, check_options
+from .platform import grader_platform
 
 
 #: the largest file the trusted grader itself may write: its class-wide cache keeps the big
@@ -47,8 +48,12 @@ JUDGE_FILE_MB = 512
 
 
 def _preexec(limits: Limits):
-    """The judge's ``preexec_fn``: its resource limits, and death with this process."""
+    """The judge's ``preexec_fn``: its resource limits, and death with this process. Where the
+    course's devices are accelerators the judge's address space is not capped (their runtimes
+    map the device's memory into it: a cap makes them abort); the watchdog's resident-memory
+    bound still holds."""
     orphan_guard = die_with_parent()
+    capped = not grader_platform().accelerator
 
     def apply():
         orphan_guard()
@@ -59,11 +64,18 @@ def _preexec(limits: Limits):
             want = int(mb) << 20
             resource.setrlimit(which, (want, want))
 
-        cap(resource.RLIMIT_AS, limits.address_space_mb)
+        if capped:
+            cap(resource.RLIMIT_AS, limits.address_space_mb)
         cap(resource.RLIMIT_FSIZE, max(limits.output_mb, JUDGE_FILE_MB))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
     return apply
+
+
+def judge_env() -> dict:
+    """The environment of a judge: this process's, with JAX's platforms those of the course's
+    devices (:mod:`.platform`)."""
+    return {**os.environ, **grader_platform().env}
 
 
 def _rss_mb(pid: int) -> float:
@@ -181,7 +193,7 @@ class JudgePool:
         with open(log, "ab") as logf:
             proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                     stderr=logf, cwd=log.parent, start_new_session=True,
-                                    preexec_fn=_preexec(opts.limits))
+                                    env=judge_env(), preexec_fn=_preexec(opts.limits))
         os.set_blocking(proc.stdin.fileno(), False)
         with self._lock:
             self.started += 1
@@ -575,7 +587,7 @@ def warm_cache(opts: Optional[Options] = None, assignments: Optional[list[str]] 
         cmd.append("--no-speed")
     try:
         rc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            stdin=subprocess.DEVNULL, timeout=600,
+                            stdin=subprocess.DEVNULL, timeout=600, env=judge_env(),
                             preexec_fn=_preexec(opts.limits)).returncode
     except subprocess.TimeoutExpired:
         return False

@@ -69,13 +69,13 @@ def export_one(fn, request: ExportRequest, mesh_for) -> ExportReply:
 
     ``mesh_for(layout)`` gives the ('X', 'Y') mesh of a layout on this process's devices.
     """
-    import jax
+    from ..core import devices
 
     try:
         mesh = None if request.layout is None else mesh_for(*request.layout)
         dynamic, static = abstract_args(request, mesh)
-        jitted = jax.jit(bind(fn, request, mesh, static), keep_unused=True)
-        exported = jax.export.export(jitted, platforms=[request.platform])(*dynamic)
+        exported = devices.export(bind(fn, request, mesh, static), *dynamic,
+                                  platform=request.platform, keep_unused=True)
         return ExportReply.of(request.id, exported.serialize())
     except Exception as e:  # noqa: BLE001 - any student failure becomes a message
         return ExportReply.of(request.id, error=describe_error(e))
