@@ -3,8 +3,9 @@
 Prints the JAX version (and whether it is inside the course's tested range), the devices, whether
 student code can be isolated, what bounds a sandbox's memory and whether sandboxes share the
 CPU fairly (the cgroup ``cpu`` controller), whether the TPU model loads and reads this JAX's
-programs, the nbgrader version (optional: nbgrader's own path and ``grade-all --gradebook``),
-whether Dask ``distributed`` is there and the cluster's client credentials are configured
+programs, whether a right hand-in of one function gets full marks when graded end to end (the
+sandbox's export, the judge, the model: what a host's accelerator or a missing module breaks),
+the nbgrader version (optional: nbgrader's own path and ``grade-all --gradebook``), whether Dask ``distributed`` is there and the cluster's client credentials are configured
 (optional: grading on a cluster). Exits 1, with the
 command that fixes it, when something grading needs is missing; optional parts and a JAX newer
 than the tested range are reported without failing, so a cluster worker without nbgrader is
@@ -12,6 +13,7 @@ ready.
 """
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import importlib.util
 import sys
@@ -65,11 +67,20 @@ def check_jax() -> Finding:
 
 
 def check_devices() -> Finding:
-    from ..core.devices import N_DEVICES, describe_devices, setup_devices
+    """JAX's default backend, the course's devices, where the grader's processes run and
+    whether the speed check is timed or modeled here."""
+    from ..core.devices import N_DEVICES, describe_devices, is_accelerator, setup_devices
+    from ..supervisor.platform import grader_platform
 
     try:
         setup_devices()
-        return Finding("devices", True, describe_devices().split("\n", 1)[1].replace("\n", "; "))
+        text = describe_devices().split("\n", 1)[1].replace("\n", "; ")
+        gp = grader_platform()
+        speed = ("the speed check is timed on these devices against the jit baseline (the "
+                 "modeled TPU figure beside it)" if is_accelerator() else
+                 "the speed check is modeled on a TPU (wall-clock on emulated devices would say "
+                 "nothing)")
+        return Finding("devices", True, f"{text}; grading processes: {gp.how}; {speed}")
     except Exception as e:  # noqa: BLE001 - reported with the fix
         return Finding("devices", False, f"the course's {N_DEVICES} devices are not available "
                        f"({type(e).__name__}: {e})",
@@ -121,10 +132,10 @@ def check_tpumodel() -> Finding:
            "fails, report it: without the model the speed check falls back to wall-clock")
     try:
         import jax
-        import jax.numpy as jnp
-        from jax.sharding import NamedSharding
+        import numpy as np
         from jax.sharding import PartitionSpec as P
 
+        from ..core import devices
         from ..core.meshes import make_mesh
         from ..tpumodel import model_function
 
@@ -134,9 +145,9 @@ def check_tpumodel() -> Finding:
         def ring(a):
             return jax.lax.fori_loop(0, 3, lambda i, x: jax.lax.ppermute(x, "Y", perm), a)
 
-        f = jax.jit(jax.shard_map(ring, mesh=mesh, in_specs=P("X", "Y"), out_specs=P("X", "Y"),
-                                  check_vma=False))
-        a = jax.device_put(jnp.zeros((16, 32), jnp.float32), NamedSharding(mesh, P("X", "Y")))
+        f = devices.jit(jax.shard_map(ring, mesh=mesh, in_specs=P("X", "Y"),
+                                      out_specs=P("X", "Y"), check_vma=False))
+        a = devices.place(np.zeros((16, 32), np.float32), mesh, P("X", "Y"))
         m = model_function(f, (a,), mesh)
         hops = sum(t.kind == "comm" for t in m.timeline.tasks)
     except Exception as e:  # noqa: BLE001 - reported with the fix
@@ -147,6 +158,60 @@ def check_tpumodel() -> Finding:
                        "communications (this JAX's loops are misread)", fix=fix)
     return Finding("TPU model", True, f"loads; a 3-step fori_loop ring modeled on TPU {m.chip} "
                    f"in {m.time_us:.2f} us")
+
+
+#: a hand-in of one function, right in every check (ps1's first exercise: as small as a graded
+#: program gets), which the doctor grades end to end
+HANDIN = """import jax
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+
+def shard_average_jit(A, mesh):
+    blocks = A.reshape(mesh.shape["X"], -1, A.shape[1])
+    blocks = jax.lax.with_sharding_constraint(blocks, NamedSharding(mesh, P("X", None, "Y")))
+    return blocks.mean(axis=1)
+"""
+HANDIN_FUNCTION = "shard_average_jit"
+
+
+def check_grading() -> Finding:
+    """Grade :data:`HANDIN` end to end as ``grade`` does (exported in the sandbox, judged by a
+    judge process, priced by the model or timed): full marks, or the cause. Without isolation it
+    is graded without the sandbox and said so (the isolation line fails the doctor anyway)."""
+    from ..isolation import sandbox
+
+    return _graded(sandbox.available().ok)
+
+
+@functools.lru_cache(maxsize=2)
+def _graded(isolated: bool) -> Finding:
+    import tempfile
+    from pathlib import Path
+
+    from .main import grade_path
+
+    fix = ("the cause is above; fix it and run the doctor again (python -m autograder grade "
+           "FILE shows the same report for any hand-in)")
+    with tempfile.TemporaryDirectory(prefix="autograder-doctor-") as d:
+        path = Path(d) / "doctor_handin.py"
+        path.write_text(HANDIN)
+        try:
+            res = grade_path(path, "ps1_sharding", seed=0, isolation=isolated,
+                             only=[HANDIN_FUNCTION], cache_dir=None)
+        except Exception as e:  # noqa: BLE001 - the grader could not start: reported
+            return Finding("grading", False, f"grading a right hand-in of {HANDIN_FUNCTION} "
+                           f"could not start ({type(e).__name__}: {e})", fix=fix)
+    fn = res.functions.get(HANDIN_FUNCTION)
+    how = "in the sandbox" if isolated else "WITHOUT the sandbox (isolation is missing)"
+    if fn is None or fn.regrade or fn.score < fn.max_score:
+        why = (fn.regrade if fn is not None and fn.regrade else
+               "; ".join(f"{c.name}: {c.message}" for c in (fn.checks if fn else [])
+                         if not c.passed) or "no verdict")
+        return Finding("grading", False, f"a right hand-in of {HANDIN_FUNCTION}, graded end to "
+                       f"end {how}, did not get full marks: {why[:1500]}", fix=fix)
+    speed = next((c.message for c in fn.checks if c.name == "speed"), "")
+    return Finding("grading", True, f"a right hand-in of {HANDIN_FUNCTION} graded end to end "
+                   f"{how}: {fn.score:g}/{fn.max_score:g} (speed: {speed[:160]}...)")
 
 
 def check_nbgrader() -> Finding:
@@ -201,16 +266,18 @@ def check_cluster_credentials() -> Finding:
 
 CHECKS: tuple[Callable[[], Finding], ...] = (check_jax, check_devices, check_isolation,
                                              check_memory_bound, check_cpu_share,
-                                             check_tpumodel, check_nbgrader, check_distributed,
-                                             check_cluster_credentials)
+                                             check_tpumodel, check_grading, check_nbgrader,
+                                             check_distributed, check_cluster_credentials)
 
 
 def run(out=print) -> int:
     """Run every check, print one line each (and the fix of each failure); 0 when nothing an
     instructor needs is missing, else 1."""
     found = {}
-    # the sandbox probe forks: before JAX starts its threads
-    for check in sorted(CHECKS, key=lambda c: c is not check_isolation):
+    # the sandbox probe and the end-to-end grading start processes: before JAX starts its
+    # threads in this one
+    first = (check_isolation, check_grading)
+    for check in sorted(CHECKS, key=lambda c: c not in first):
         try:
             found[check] = check()
         except Exception as e:  # noqa: BLE001 - a broken check is a failure, never a crash

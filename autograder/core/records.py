@@ -141,6 +141,21 @@ class Loaded(Record):
 
 
 @dataclass(frozen=True)
+class Unready(Record):
+    """The worker cannot import what it needs to read any hand-in (``missing``: module names),
+    said as its first record, before any of the hand-in's code ran: the grader's fault, never
+    the hand-in's. The grader trusts it only as the worker's first record."""
+
+    TYPE: ClassVar[str] = "unready"
+    missing: list = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Unready":
+        _expect_keys(d, cls, extra=("type",))
+        return cls(_strs(d.get("missing", []), 20, 100))
+
+
+@dataclass(frozen=True)
 class ExportReply(Record):
     TYPE: ClassVar[str] = "artifact"
     id: int
@@ -326,7 +341,7 @@ class Done(Record):
         return cls(_strs(d.get("notes", []), 20, 600))
 
 
-TYPES = {c.TYPE: c for c in (ExportRequest, Quit, Loading, Loaded, ExportReply,
+TYPES = {c.TYPE: c for c in (ExportRequest, Quit, Loading, Loaded, Unready, ExportReply,
                              ExecutedNotebook, Job, Plan, Start, Owner, Result, Restart, Done,
                              Ready)}
 

@@ -24,6 +24,7 @@ from ..core.records import (
     Loading,
     Quit,
     RecordError,
+    Unready,
     parse,
 )
 from ..isolation.sandbox import describe_exit
@@ -242,6 +243,9 @@ class SandboxExporter:
         #: what happened to the sandbox after loading, for the end of the report
         self.late_notes: list[str] = []
         self.defined: list[str] = []
+        #: why the worker cannot grade any hand-in here (the grader's environment: a module it
+        #: needs that the sandbox cannot import), or None
+        self.fault: Optional[str] = None
         self.box = None
         self.link: Optional[WorkerLink] = None
         #: requests sent to the current worker (each once), those not answered yet, and
@@ -314,9 +318,15 @@ class SandboxExporter:
             try:
                 for line in self._lines(deadline):
                     try:
-                        rec = parse(line, allowed=(Loading, Loaded))
+                        rec = parse(line, allowed=(Loading, Loaded, Unready))
                     except RecordError:
                         continue
+                    if isinstance(rec, Unready):
+                        if where is None and not self.skip:  # its first word: nothing ran
+                            self.fault = sandbox_fault(rec.missing)
+                            self.defined = []
+                            return
+                        continue  # said after the hand-in's code ran: not believed
                     if isinstance(rec, Loading):
                         where = rec
                         continue
@@ -423,6 +433,25 @@ class SandboxExporter:
         self.box = None
         self.start()
         self.notes = notes
+
+
+def sandbox_fault(missing: list[str]) -> str:
+    """Why no hand-in can be graded here: modules the worker needs that this (trusted) process
+    imports, but the sandbox, which sees only the Python installation and the worker's part of
+    the package, cannot."""
+    from ..core.imports import where_found
+
+    parts = []
+    for name in missing:
+        here = where_found(name)
+        parts.append(f"{name} (this grader imports it from {here}, outside the Python "
+                     "installation the sandbox sees: installed with pip --target, --user or "
+                     "PYTHONPATH?)" if here else f"{name} (not installed)")
+    return ("the grader's sandbox cannot import " + "; ".join(parts) + ", which the grader "
+            "needs to read any hand-in: this is the grader's environment, not the hand-in. "
+            "Install it into the Python environment the grader runs in (pip install "
+            + " ".join(missing) + " in that environment, without --target or --user), check "
+            "with python -m autograder doctor, then grade again")
 
 
 def spawn_untrusted(target: Path, extra: list[str], *, isolated: bool,

@@ -83,7 +83,7 @@ def warm(assignments: list[str], *, with_speed: bool) -> None:
 
     if not with_speed:
         return
-    timed = grading._default_modeler() is None
+    timed = grading.timed_here()
     for p in registry.problems():
         if (assignments and p.assignment not in assignments) or p.baseline is None:
             continue
@@ -144,6 +144,14 @@ def run(a, send, exporter) -> None:
                 base += 10_000
         with phase("wait for the worker to load the submission"):
             exporter.start()
+        if exporter.fault:  # no hand-in can be graded here: a regrade
+            send(Plan(assignment, [p.name for p in probs], [], exporter.skip))
+            for p in probs:
+                send(Start(p.name))
+                send(Result(p.name, [], regrade=exporter.fault))
+            exporter.close()
+            send(Done([]))
+            return
         notes = list(exporter.notes)
         if not probs and not a.assignment:
             notes.append("no graded function of any assignment is defined in this file, so its "
@@ -165,6 +173,7 @@ def run(a, send, exporter) -> None:
                     r = grading.grade_function(p, exporter if defined[i] else None, plan=plan,
                                                export_timeout=a.export_timeout,
                                                with_speed=not a.no_speed, store=store,
+                                               timed=a.timed_speed or grading.timed_here(),
                                                overlap=p.name not in serial)
             except Exception as e:  # noqa: BLE001 - the grader's own code failed: a regrade
                 import traceback
@@ -271,6 +280,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=None, help="default: a fresh secret seed")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--no-speed", action="store_true")
+    ap.add_argument("--timed-speed", action="store_true",
+                    help="time the speed case on emulated CPU devices too (a test, not a grade)")
     ap.add_argument("--no-isolation", action="store_true")
     ap.add_argument("--folder", action="store_true",
                     help="the submission's folder is the student's own: the worker sees it")

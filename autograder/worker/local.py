@@ -18,6 +18,9 @@ class LocalExporter:
     Each export runs under a per-request time limit (a Python loop that never ends at trace
     time); after one times out the function's other requests fail the same way."""
 
+    #: this process imports what it needs, or it would not be running: never a fault here
+    fault = None
+
     def __init__(self, functions: dict, per_request_s: float | None = None):
         self.functions = functions
         self.per_request_s = per_request_s

@@ -55,6 +55,14 @@ def main(argv=None) -> int:
         send(execute_notebook(a.submission, a.cell_timeout, a.until))
         return 0
 
+    from ..core.imports import unimportable
+
+    missing = unimportable()
+    if missing:  # said before any of the hand-in's code runs: the grader's environment
+        from ..core.records import Unready
+
+        send(Unready(missing))
+        return 0
     from ..core.devices import setup_devices
 
     setup_devices()
