@@ -190,6 +190,7 @@ def test_the_cases_are_planned_while_the_worker_loads(monkeypatch):
 
     class Worker:  # a submission that defines none of the functions
         notes, defined, skip, late_notes = [], set(), [], []
+        fault = None  # its sandbox imports what it needs
 
         def start(self):
             events.append("wait for the load")
@@ -202,7 +203,7 @@ def test_the_cases_are_planned_while_the_worker_loads(monkeypatch):
 
     a = argparse.Namespace(submission="ps1_sharding.py", assignment="ps1_sharding", only=None,
                            cache_dir=None, seed=3, quick=True, no_speed=True, export_timeout=5,
-                           serial="")
+                           serial="", timed_speed=False)
     sent: list = []
     process.run(a, sent.append, Worker())
     n = len(registry.problems("ps1_sharding"))
@@ -241,8 +242,8 @@ def test_the_compile_options_this_xla_accepts_are_probed_in_one_compile(monkeypa
 def test_a_warming_judge_compiles_baselines_to_run_only_where_they_are_timed(monkeypatch,
                                                                              tmp_path):
     """``python -m autograder.judge --warm`` keeps each jit baseline's partitioned module for
-    the TPU model; it compiles the baseline to run only where the speed case is timed (a TPU,
-    no model): on CPU that compile was thrown away, in every class run."""
+    the TPU model; it compiles the baseline to run only where the speed case is timed (real
+    accelerators): on CPU that compile was thrown away, in every class run."""
     from autograder.judge import process
 
     compiled, texts = [], []
@@ -252,6 +253,6 @@ def test_a_warming_judge_compiles_baselines_to_run_only_where_they_are_timed(mon
     process.warm(["ps1_sharding"], with_speed=True)
     baselines = [p.name for p in registry.problems("ps1_sharding") if p.baseline is not None]
     assert texts == baselines and not compiled
-    monkeypatch.setattr(grading, "_default_modeler", lambda: None)  # a TPU: timed
+    monkeypatch.setattr(grading, "timed_here", lambda: True)  # real accelerators: timed
     process.warm(["ps1_sharding"], with_speed=True)
     assert compiled == baselines

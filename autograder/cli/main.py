@@ -27,7 +27,7 @@ from .options import add_limit_options, add_trust_options, limits_of, refuse
 def grade_path(submission: Path, assignment: str | None = None, *, quick: bool = False,
                seed: int | None = None, with_speed: bool = True, timeout: float | None = None,
                log=None, limits=None, cache_dir=None, isolation: bool = True,
-               only=None, folder: bool = False) -> SubmissionResult:
+               only=None, folder: bool = False, timed_speed: bool = False) -> SubmissionResult:
     """Grade one submission: student code in the sandbox, verdicts in a trusted process (see
     :mod:`autograder.supervisor`). ``folder``: the file's folder is the student's own, and its
     other files (helpers, the ``selfcheck`` package) go into the sandbox with it."""
@@ -38,7 +38,7 @@ def grade_path(submission: Path, assignment: str | None = None, *, quick: bool =
         lim.per_submission_s = timeout
     opts = sandbox.Options(assignment=assignment, quick=quick, seed=seed, with_speed=with_speed,
                            cache_dir=cache_dir, limits=lim, isolation=isolation, only=only,
-                           folder=folder)
+                           folder=folder, timed_speed=timed_speed)
     return sandbox.grade_submission(Path(submission), opts, log=log)
 
 
@@ -65,7 +65,7 @@ def _cmd_grade(a) -> int:
     try:
         res = grade_path(path, a.assignment, quick=a.quick, seed=a.seed,
                          with_speed=not a.no_speed, isolation=not a.no_isolation, folder=folder,
-                         limits=limits_of(a))
+                         limits=limits_of(a), timed_speed=a.timed_speed)
     except (ValueError, IsolationUnavailable) as e:
         return refuse(e)
     if a.json:
@@ -106,6 +106,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--json", action="store_true", help="print one JSON object")
     g.add_argument("--quick", action="store_true", help="fewer meshes and cases")
     g.add_argument("--no-speed", action="store_true", help="skip the speed check")
+    g.add_argument("--timed-speed", action="store_true",
+                   help="time the speed case against the jit baseline even on emulated CPU "
+                   "devices (real accelerators always are): a test of the timed path, not a "
+                   "grade on CPU")
     g.add_argument("--with-folder", action="store_true",
                    help="the file's folder is the student's own: its other files (helpers, "
                    "selfcheck/) go into the sandbox with it (automatic in nbgrader's "

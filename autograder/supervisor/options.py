@@ -103,6 +103,9 @@ class Options:
     #: None: a fresh secret seed for every grading run (the instructor may fix one)
     seed: Optional[int] = None
     with_speed: bool = True
+    #: time the speed case against the jit baseline even on emulated CPU devices (a test of
+    #: the timed path, which real accelerators take by themselves; on CPU not a grade)
+    timed_speed: bool = False
     #: grade only these functions (None: all of the assignment's)
     only: Optional[list] = None
     #: the trusted side's class-wide cache (None: none at all); see :func:`default_cache_dir`
@@ -131,6 +134,8 @@ class Options:
             out += ["--seed", str(int(self.seed))]
         if not self.with_speed:
             out.append("--no-speed")
+        if self.timed_speed:
+            out.append("--timed-speed")
         if not self.isolation:
             out.append("--no-isolation")
         cache = cache_for(self)
