@@ -2,6 +2,7 @@
 #   make demo   create .venv, rebuild source/ and release/, autograde a demo class, print grades
 #   make test   create .venv and run the whole test suite on the oldest supported JAX
 #   make test-latest   the suite's JAX tests on the newest JAX, in .venv-latest (CI runs both)
+#   make accelerator-check   the course on this host, as students and instructors use it (CI too)
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -13,7 +14,7 @@ export JAX_NUM_CPU_DEVICES ?= 8
 export TF_CPP_MIN_LOG_LEVEL ?= 3
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: venv isolation browser source release demo test test-latest check-drift clean wheel
+.PHONY: venv isolation browser source release demo test test-latest accelerator-check check-drift clean wheel
 
 venv: $(STAMP) isolation
 
@@ -48,6 +49,9 @@ test: $(STAMP) isolation browser  ## the layer contracts, then the whole suite, 
 
 test-latest: isolation browser  ## every test but the orchestration ones, on the newest JAX (.venv-latest, the newest Python here it supports)
 	tools/test_latest.sh
+
+accelerator-check: $(STAMP) isolation  ## does the course work on this host? the folders' pytest, the solved notebooks, doctor and the grader on the reference answers, one line each (CI: on CPU)
+	$(PY) tools/accelerator_check.py --quick
 
 wheel: $(STAMP)  ## dist/jax_scaling_course-<version>-py3-none-any.whl, installable with no package index
 	$(PY) -m pip wheel --no-deps -w dist .

@@ -611,6 +611,27 @@ def templates() -> list[str]:
     return sorted(p.stem for p in (ROOT / "notebooks").glob("ps*.py"))
 
 
+def answered(asg: str, root: Path = ROOT):
+    """The release notebook of ``asg`` with every solution cell replaced by the instructor's
+    (``source/``): what a student who typed in the reference answers hands in."""
+    def grade_id(cell):
+        return cell.metadata.get("nbgrader", {}).get("grade_id")
+
+    source = nbformat.read(root / "source" / asg / f"{asg}.ipynb", as_version=4)
+    answers = {grade_id(c): c.source for c in source.cells
+               if c.metadata.get("nbgrader", {}).get("solution")}
+    nb = nbformat.read(root / "release" / asg / f"{asg}.ipynb", as_version=4)
+    pasted = 0
+    for c in nb.cells:
+        if grade_id(c) in answers:
+            c.source = answers[grade_id(c)]
+            pasted += 1
+    if pasted != len(answers):
+        raise ValueError(f"{asg}: the release and source notebooks' solution cells differ "
+                         f"({pasted} of {len(answers)} matched): run make release")
+    return nb
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="fail if source/ is out of date")
