@@ -123,12 +123,15 @@ def test_setup_cell_without_jax_says_the_one_line_to_run(built):
 @pytest.mark.parametrize("asg", ASSIGNMENTS)
 def test_a_folder_carries_its_requirements_and_readme(asg):
     """Each folder says what to install (the course's JAX range, the picture's matplotlib,
-    pytest, a notebook runner) and how to set up, work and check."""
+    visualize_array_sharding's rich, pytest, a notebook runner) and how to set up, work and
+    check. (That the list is enough is test_notebooks_executed's: it runs the solved notebook in
+    a venv made from it alone.)"""
     req = (ROOT / "source" / asg / "requirements.txt").read_text()
     names = {l.split("#")[0].strip().split(">")[0].split("=")[0].split("<")[0]: l.split("#")[0].strip()
              for l in req.splitlines() if l.split("#")[0].strip()}
     assert names["jax"] == f"jax>={versions.JAX_MIN},<{versions.JAX_BELOW}"
-    assert {"numpy", "matplotlib", "pytest", "jupyterlab", "nbclient", "ipykernel"} <= set(names)
+    assert {"numpy", "matplotlib", "rich", "pytest", "jupyterlab", "nbclient",
+            "ipykernel"} <= set(names)
     readme = (ROOT / "source" / asg / "README.md").read_text()
     for said in ("python3 -m venv .venv", "pip install -r requirements.txt",
                  f"jupyter lab {asg}.ipynb", "pytest -q", "set-up cell",

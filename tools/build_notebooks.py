@@ -138,12 +138,16 @@ and check (about {seconds} s on 2 cores). All green means every check passes on 
 grader computes; a check that cannot run on your machine fails and says why."""
 
 
-#: the packages a release folder needs, by what for (``requirements.txt``); the bounds are
-#: pyproject.toml's (JAX's are autograder/core/versions.py's, which pyproject.toml repeats)
+#: the packages a release folder needs, by what for (``requirements.txt``): everything its
+#: cells and its self-check import, directly or through an optional feature of JAX they use;
+#: tests/test_notebooks_executed.py runs each solved notebook in a venv made from this alone.
+#: The bounds are pyproject.toml's (JAX's are autograder/core/versions.py's, which
+#: pyproject.toml repeats)
 REQUIRED = (
     ("jax", "the course's JAX range; on a TPU runtime install jax[tpu] in the same range"),
     ("numpy", None),
     ("matplotlib", "tpu_profile's timeline picture (its text needs nothing more)"),
+    ("rich", "jax.debug.visualize_array_sharding draws a layout with it"),
     ("ipython", "the self-check reads your cells' magics as Jupyter does"),
     ("pytest", "pytest in this folder runs the self-check on every graded function"),
     ("jupyterlab", "to open and run the notebook (jupyter lab " + "{asg}.ipynb)"),
