@@ -266,3 +266,8 @@ def test_a_failed_check_shows_its_message_without_a_traceback_in_a_notebook():
     e = CheckFailed("roll_diff on mesh 2x4: 3 of 8 values differ")
     assert isinstance(e, AssertionError)  # pytest's self-check reports it as a failure
     assert e._render_traceback_() == ["check failed: roll_diff on mesh 2x4: 3 of 8 values differ"]
+    # check() printed its report already: the notebook shows the names alone, once
+    e = CheckFailed("numerics: roll_diff on mesh 2x4: 3 of 8 values differ", shown=("numerics",))
+    assert e._render_traceback_() == [
+        "check failed: numerics (the FAILED line above says what was found and where)"]
+    assert "3 of 8 values differ" in str(e)  # pytest and code that catches it read it whole

@@ -153,3 +153,28 @@ def test_every_problem_states_its_bar(executed):
         answer = next(c for c in nb.cells[at[0]:] if c.cell_type == "code")
         assert (_grade_id(answer) or "").startswith("solution_"), answer.source[:200]
         assert f"def {p.name}(" in answer.source, answer.source[:200]
+
+
+#: the ungraded practice checkers the notebooks call (autograder/public/practice.py)
+PRACTICE = ("check_ring(", "check_schedule(", "check_slots(", "check_two_way_ring(",
+            "check_two_way_schedule(")
+
+
+def test_practice_cells_end_on_their_summary(executed):
+    """A practice cell that ends on its checker's call shows the checker's summary alone: no
+    echo of the returned list after it (issue 54: 146 lines on ps4's starter guess, a stray []
+    on success): a summary of at most a few lines (the first problems, and how many more).
+    Read off the notebook this file executes anyway."""
+    asg, nb, *_ = executed
+    cells = [c for c in nb.cells if c.cell_type == "code" and not _grade_id(c)
+             and any(c.source.strip().splitlines()[-1].startswith(p) for p in PRACTICE
+                     if c.source.strip())]
+    if asg == "ps1_sharding":
+        assert not cells
+        return
+    assert cells, f"{asg}: no practice cell found"
+    for c in cells:
+        kinds = [o.output_type for o in c.get("outputs", [])]
+        assert "execute_result" not in kinds, (c.source[-200:], kinds)
+        text = "".join(o.get("text", "") for o in c.outputs if o.output_type == "stream")
+        assert len(text.splitlines()) <= 40, text[-2000:]

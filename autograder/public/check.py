@@ -241,9 +241,19 @@ def _structure(rules, f, placed, static, mesh, prob, inputs, compiled: str):
 
 class CheckFailed(AssertionError):
     """What ``check`` raises: an AssertionError (pytest reports it as one) that a notebook shows
-    as its message alone, without a traceback through the self-check's own code."""
+    as its message alone, without a traceback through the self-check's own code. ``shown``:
+    the checks whose report ``check`` printed just before; a notebook then shows only their
+    names, so that each message appears once (``str()`` keeps the whole message)."""
+
+    def __init__(self, message: str = "", shown: tuple[str, ...] = ()):
+        super().__init__(message)
+        self.shown = tuple(shown)
 
     def _render_traceback_(self):  # IPython's hook for how an exception is shown
+        if self.shown:
+            return [f"check failed: {', '.join(self.shown)} (the FAILED line"
+                    f"{'s' * (len(self.shown) != 1)} above say{'s' * (len(self.shown) == 1)} "
+                    "what was found and where)"]
         return [f"check failed: {self}"]
 
 
@@ -482,7 +492,8 @@ def check(name: str, fn, *, layouts=LAYOUTS, cases: int = 2, verbose: bool = Tru
         print(lines(name, results, big=big))
     if bad:
         first = [r for r in bad if not r.skipped]
-        raise CheckFailed("\n".join(f"{r.name}: {r.message}" for r in first))
+        raise CheckFailed("\n".join(f"{r.name}: {r.message}" for r in first),
+                          shown=tuple(r.name for r in first) if verbose else ())
 
 
 def lines(name: str, results: list[CheckResult], *, big: bool = True) -> str:
