@@ -71,7 +71,9 @@ def test_a_failed_import_a_graded_function_needs_is_information(tmp_path):
     assert notes[0].startswith(
         'cell 2 line 1: not loaded (your code raised "ModuleNotFoundError')
     assert "No module named 'helpers'" in notes[0]
-    assert notes[0].endswith("so block_rows is undefined for shard_average_jit")
+    assert "so block_rows is undefined for shard_average_jit. If helpers is a module of your " \
+        "own (helpers.py beside the notebook), hand it in beside the notebook: the grader has " \
+        "only the files you hand in" in notes[0], notes[0]
     assert "selfcheck" not in notes[0] and "skipped" not in notes[0]
 
 
