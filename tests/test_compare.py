@@ -38,10 +38,31 @@ def test_no_block_sentence_without_blocks(tiles):
     assert "blocks" not in compare_values(got, want, 1e-5, 1e-5, tiles=tiles)
 
 
-def test_no_block_sentence_when_every_block_is_wrong():
+def test_every_block_wrong_is_said_in_the_problems_terms():
+    """Every value wrong (issue 54: "64 of 64 values differ; worst at index (2, 8)" was all a
+    wrong ring index got): the message still speaks of the output's blocks."""
     want = np.ones((8, 16), np.float32)
     msg = compare_values(want * 0, want, 1e-5, 1e-5, tiles=(P("X", "Y"), SIZES))
-    assert "blocks" not in msg and msg.startswith("128 of 128 values differ")
+    assert msg.startswith("128 of 128 values differ")
+    assert ("wrong in every one of the 8 blocks the output spec cuts it into (2 along X x 4 "
+            "along Y; each device's block): a mistake every device makes alike") in msg, msg
+
+
+def test_a_block_on_the_wrong_device_says_whose_it_is():
+    """Right blocks on the wrong devices (a ring index off by one): each wrong block names the
+    block of the reference it holds, with the device that should hold it."""
+    want = np.arange(8 * 16, dtype=np.float32).reshape(8, 16)
+    got = np.roll(want, 4, axis=1)  # every Y block moved one device along
+    msg = compare_values(got, want, 1e-5, 1e-5, tiles=(P("X", "Y"), SIZES))
+    assert "wrong in every one of the 8 blocks" in msg, msg
+    assert "[0:4, 0:4] (X=0, Y=0) holds the values of [0:4, 12:16] (X=0, Y=3)" in msg, msg
+    assert "[0:4, 4:8] (X=0, Y=1) holds the values of [0:4, 0:4] (X=0, Y=0)" in msg, msg
+    assert msg.endswith("and 4 more"), msg
+    got = want.copy()
+    got[:4, 4:8] = want[:4, 8:12]  # one block a step ahead; the others right
+    msg = compare_values(got, want, 1e-5, 1e-5, tiles=(P("X", "Y"), SIZES))
+    assert ("wrong in 1 of the 8 blocks the output spec cuts it into: [0:4, 4:8] (X=0, Y=1) "
+            "holds the values of [0:4, 8:12] (X=0, Y=2); the others are right") in msg, msg
 
 
 def test_many_wrong_blocks_are_counted_not_all_listed():
@@ -95,3 +116,15 @@ def _cases():
 def test_the_chunked_comparison_decides_as_the_whole_rule(name, got, want):
     whole = _whole_rule(got, want, 1e-5, 1e-5)
     assert (compare_values(got, want, 1e-5, 1e-5) is None) == whole
+
+
+def test_a_half_block_from_the_wrong_ring_step_is_named():
+    """A two-way ring whose left halves end one device off: each block's wrong half is named
+    with the block it belongs to, and its right half is said to be right."""
+    want = np.arange(8 * 16, dtype=np.float32).reshape(8, 16)
+    got = want.copy()
+    for y in range(4):  # the first half of each Y block's columns is the next block's
+        got[:, 4 * y:4 * y + 2] = want[:, 4 * ((y + 1) % 4):4 * ((y + 1) % 4) + 2]
+    msg = compare_values(got, want, 1e-5, 1e-5, tiles=(P("X", "Y"), SIZES))
+    assert ("[0:4, 0:4] (X=0, Y=0) (its first half of columns holds that of [0:4, 4:8] "
+            "(X=0, Y=1); its second half of columns is right)") in msg, msg

@@ -71,7 +71,9 @@ def test_a_failed_import_a_graded_function_needs_is_information(tmp_path):
     assert notes[0].startswith(
         'cell 2 line 1: not loaded (your code raised "ModuleNotFoundError')
     assert "No module named 'helpers'" in notes[0]
-    assert notes[0].endswith("so block_rows is undefined for shard_average_jit")
+    assert "so block_rows is undefined for shard_average_jit. If helpers is a module of your " \
+        "own (helpers.py beside the notebook), hand it in beside the notebook: the grader has " \
+        "only the files you hand in" in notes[0], notes[0]
     assert "selfcheck" not in notes[0] and "skipped" not in notes[0]
 
 
@@ -266,3 +268,8 @@ def test_a_failed_check_shows_its_message_without_a_traceback_in_a_notebook():
     e = CheckFailed("roll_diff on mesh 2x4: 3 of 8 values differ")
     assert isinstance(e, AssertionError)  # pytest's self-check reports it as a failure
     assert e._render_traceback_() == ["check failed: roll_diff on mesh 2x4: 3 of 8 values differ"]
+    # check() printed its report already: the notebook shows the names alone, once
+    e = CheckFailed("numerics: roll_diff on mesh 2x4: 3 of 8 values differ", shown=("numerics",))
+    assert e._render_traceback_() == [
+        "check failed: numerics (the FAILED line above says what was found and where)"]
+    assert "3 of 8 values differ" in str(e)  # pytest and code that catches it read it whole

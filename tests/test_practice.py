@@ -58,9 +58,30 @@ def test_exchange_slots(capsys):
     assert "row 2 of a chunk of 2 rows" in wrong[0], wrong
     wrong = practice.slot_problems(lambda dest, nx, c: 1 / 0)
     assert "your plan raised ZeroDivisionError" in wrong[0], wrong
-    practice.check_slots(lambda dest, nx, c: ([0] * len(dest), [0] * len(dest)))
+    found = practice.check_slots(lambda dest, nx, c: ([0] * len(dest), [0] * len(dest)))
     out = capsys.readouterr().out.splitlines()
-    assert out[0].endswith("problems, the first ones:") and len(out) == 1 + practice.SHOWN
+    assert out[0].endswith("problems, the first ones:") and len(out) == 2 + practice.SHOWN
+    # a cut list says how many it left out
+    assert out[-1] == f"  and {len(found) - practice.SHOWN} more: fix these first and run the " \
+                      "cell again", out
+
+
+def test_a_practice_cell_ends_on_its_summary(capsys):
+    """A checker that ends its cell: Jupyter shows the summary it printed and nothing more (not
+    the returned list, 146 lines on ps4's starter guess, nor a stray [] on success); the list
+    is still there for code that reads it."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    for table, n in ((lambda d, s, ny: (d, d), 146), (lambda d, s, ny: ((d + s) % ny,
+                                                                         (d - s) % ny), 0)):
+        got = practice.check_two_way_ring(table)
+        assert isinstance(got, list) and len(got) == n
+        assert shell.display_formatter.format(got) == ({}, {})  # the displayhook shows nothing
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "146 problems, the first ones:" and out[-1] == "your table follows both " \
+        "rings for Y = 2, 4 and 8", out
+    assert len(out) == 1 + practice.SHOWN + 1 + 1, out
 
 
 def test_two_way_ring(capsys):

@@ -114,7 +114,8 @@ WRONG = [
     ("ps3/single_psum.py", "matmul_allreduce", "structure", "one psum"),
     ("ps3/psum_scatter.py", "matmul_reducescatter", "structure", "psum_scatter"),
     ("ps3/fullwidth_ring.py", "matmul_reducescatter", "structure", "[B/X, D/Y]"),
-    ("ps3/wrong_order.py", "matmul_allgather", "numerics", "differ"),
+    # a wrong ring index: every block wrong, said in the output's blocks (issue 54)
+    ("ps3/wrong_order.py", "matmul_allgather", "numerics", "wrong in every one of the 8 blocks"),
     ("ps3/hardcoded_axis.py", "matmul_allgather", "numerics", "4x2"),
     ("ps3/no_relu.py", "mlp_block", "numerics", "differ"),
     ("ps4/one_direction.py", "matmul_reducescatter_bidirectional", "structure",
@@ -139,15 +140,49 @@ def test_wrong_answers_fail_the_named_check(fixture, name, check, words):
         assert _check(res, "numerics").passed
 
 
-def test_the_self_check_reads_every_copy_of_a_replicated_output():
+def test_the_self_check_reads_every_copy_of_a_replicated_output(capsys):
     """The public check, like the grader, compares the copies each device holds, not only the
-    one the host reads."""
+    one the host reads. Its report is printed once: the exception a notebook shows after it
+    names the failed check, not the message again (this check's run is the cheapest failing
+    one at hand, one mesh and no big cases)."""
     from autograder.public import check as public
 
     fn = _ns(FIX / "ps4/device0_placement.py")["matmul_allreduce_bidirectional"]
-    with pytest.raises(AssertionError, match="disagree: the one at X=0, Y=1"):
-        public.check("matmul_allreduce_bidirectional", fn, layouts=((2, 4),), verbose=False,
-                     big=False)
+    with pytest.raises(AssertionError, match="disagree: the one at X=0, Y=1") as failure:
+        public.check("matmul_allreduce_bidirectional", fn, layouts=((2, 4),), big=False)
+    out = capsys.readouterr().out
+    assert out.count("disagree: the one at X=0, Y=1") == 1, out
+    shown = failure.value._render_traceback_()
+    assert shown == ["check failed: numerics (the FAILED line above says what was found and "
+                     "where)"], shown
+
+
+def test_a_wrong_ring_index_in_ps4_names_the_wrong_blocks():
+    """Issue 54: a two-way reduce-scatter whose turning-right sums start one block late ends
+    every left half one device off: every value of those halves differs, and the self-check
+    says which output block's half holds which block's (one mesh, one case, no big cases: the
+    cheapest run that shows it)."""
+    import importlib.util
+
+    from autograder.public import check as public
+
+    spec = importlib.util.spec_from_file_location("ps4_ref", ROOT / "solutions" /
+                                                  "ps4_bidirectional.py")
+    source = spec.loader.get_source("ps4_ref")
+    wrong = source.replace("b_r = (me - 1 - step) % ny", "b_r = (me - step) % ny")
+    assert wrong != source
+    ns: dict = {}
+    exec(compile(wrong, "wrong_index.py", "exec"), ns)
+    results = public.run_checks("matmul_reducescatter_bidirectional",
+                                ns["matmul_reducescatter_bidirectional"], layouts=((2, 4),),
+                                cases=1, big=False, edges=False)
+    numerics = next(r for r in results if r.name == "numerics")
+    assert not numerics.passed
+    assert "wrong in every one of the 8 blocks" in numerics.message, numerics.message
+    assert "(X=0, Y=1) (its first half of columns holds that of" in numerics.message, \
+        numerics.message
+    assert "its second half of columns is right" in numerics.message, numerics.message
+    assert numerics.message.count("\n") == 0
 
 
 def test_big_inputs_get_the_same_work():
@@ -322,6 +357,30 @@ def test_a_two_way_ring_with_an_extra_hop_fails_on_every_draw_and_at_home():
     for seed in range(2):
         with pytest.raises(AssertionError, match="structure: send only output-block"):
             public.check(name, fn, cases=1, verbose=False, seed=seed, big=False)
+
+
+def test_the_extra_hop_message_says_what_it_leaves_out():
+    """The same newcomer's ring written with a Python for (8 ppermutes in the program on a
+    ring of 4): the structure message names 4 of them and says how many more it left out
+    (issue 54: it listed 4 of 8 sends against a total of all 8). One mesh, one case, no big
+    cases: the cheapest run whose program has more sends than the message names."""
+    from autograder.course.rules.ring import SENDS_NAMED
+    from autograder.public import check as public
+
+    source = (FIX / "ps4" / "send_every_step.py").read_text()
+    unrolled = source.replace(
+        "s_r, s_l = jax.lax.fori_loop(0, n, step, (zeros, zeros))",
+        "s_r, s_l = zeros, zeros\n        for s in range(n):\n            s_r, s_l = step(s, (s_r, s_l))")
+    assert unrolled != source
+    ns: dict = {}
+    exec(compile(unrolled, "unrolled.py", "exec"), ns)
+    results = public.run_checks("matmul_reducescatter_bidirectional",
+                                ns["matmul_reducescatter_bidirectional"], layouts=((2, 4),),
+                                cases=1, big=False, edges=False)
+    structure = next(r for r in results if r.name == "structure")
+    assert not structure.passed and "Y-1 = 3" in structure.message, structure.message
+    assert structure.message.count("ppermute over Y of [") == SENDS_NAMED, structure.message
+    assert f"; and {8 - SENDS_NAMED} more ppermutes)" in structure.message, structure.message
 
 
 def test_shifts_are_printed_signed():

@@ -120,20 +120,60 @@ def test_setup_cell_without_jax_says_the_one_line_to_run(built):
     assert "Traceback" not in p.stderr and "ModuleNotFoundError" not in p.stderr, p.stderr
 
 
+def test_too_few_devices_names_what_the_students_folder_has(built, tmp_path):
+    """JAX started with too few devices: the error names the set-up cell and the import that
+    exists where it is read (selfcheck in a release folder), never the course package."""
+    code = ("import jax\nfrom selfcheck.core import devices\n"
+            "jax.devices = lambda *a: []\n"
+            "try:\n    devices.course_devices()\nexcept RuntimeError as e:\n    print(e)\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    p = subprocess.run([sys.executable, "-c", code], cwd=built, env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert "run the notebook's set-up cell first" in p.stdout, p.stdout + p.stderr[-2000:]
+    assert "(from selfcheck import setup_devices; setup_devices())" in p.stdout, p.stdout
+    assert "autograder" not in p.stdout, p.stdout
+
+
+def test_a_notebook_without_its_selfcheck_folder_says_what_to_do(built, tmp_path):
+    """The notebook, or the folder's pytest file, copied out of its folder: not "No module
+    named 'selfcheck'" and a traceback, but what is missing and what to do."""
+    folder = tmp_path / FOLDER
+    shutil.copytree(built, folder, ignore=shutil.ignore_patterns("selfcheck"))
+    p = _setup(folder, "")
+    assert p.returncode != 0
+    assert "No selfcheck/ folder beside this notebook" in p.stderr, p.stderr
+    assert "open the notebook from inside the whole folder" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr, p.stderr
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        f"test_{FOLDER}.py"], cwd=folder, env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode != 0
+    assert "no selfcheck/ folder beside this file" in p.stdout, p.stdout[-3000:]
+
+
 @pytest.mark.parametrize("asg", ASSIGNMENTS)
 def test_a_folder_carries_its_requirements_and_readme(asg):
     """Each folder says what to install (the course's JAX range, the picture's matplotlib,
-    pytest, a notebook runner) and how to set up, work and check."""
+    visualize_array_sharding's rich, pytest, a notebook runner) and how to set up, work and
+    check. (That the list is enough is test_notebooks_executed's: it runs the solved notebook in
+    a venv made from it alone.)"""
     req = (ROOT / "source" / asg / "requirements.txt").read_text()
     names = {l.split("#")[0].strip().split(">")[0].split("=")[0].split("<")[0]: l.split("#")[0].strip()
              for l in req.splitlines() if l.split("#")[0].strip()}
     assert names["jax"] == f"jax>={versions.JAX_MIN},<{versions.JAX_BELOW}"
-    assert {"numpy", "matplotlib", "pytest", "jupyterlab", "nbclient", "ipykernel"} <= set(names)
+    assert {"numpy", "matplotlib", "rich", "pytest", "jupyterlab", "nbclient",
+            "ipykernel"} <= set(names)
     readme = (ROOT / "source" / asg / "README.md").read_text()
     for said in ("python3 -m venv .venv", "pip install -r requirements.txt",
                  f"jupyter lab {asg}.ipynb", "pytest -q", "set-up cell",
-                 versions.upgrade_command(tpu=True)):
+                 versions.upgrade_command(tpu=True),
+                 "must be handed in beside the\nnotebook"):
         assert said in readme, said
+    # and the notebook says where helper modules go
+    notebook = (ROOT / "source" / asg / f"{asg}.ipynb").read_text()
+    assert "must be handed in beside the notebook" in " ".join(
+        notebook.replace("\\n", " ").split()), asg
 
 
 def test_a_failing_check_under_pytest_shows_its_message_first(built, tmp_path):
@@ -180,6 +220,39 @@ def test_check_names_set_up_the_grader_will_not_run(tmp_path, monkeypatch):
     from autograder.core.loader import load
 
     assert notebook_notes(load(tmp_path / "mine.ipynb").function("roll_diff")) == []  # a file's
+
+
+def test_check_and_pytest_warn_of_a_helper_module_beside_the_notebook(tmp_path, monkeypatch):
+    """A notebook that imports a module from its own folder works at home; the grader has it
+    only if it is handed in beside the notebook. check() says so for a function typed in the
+    notebook, and the folder's pytest (load_functions) warns of it (issue 54: a class lost 3
+    points that way with pytest green)."""
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    from autograder.public.check import LoadNote, load_functions, notebook_notes, own_module_notes
+
+    (tmp_path / "helpers.py").write_text("def twice(x):\n    return 2 * x\n")
+    cells = ["import numpy as np\nimport jax\nfrom helpers import twice",
+             "def roll_diff(x, shift, mesh):\n    return twice(x)"]
+    nbformat.write(new_notebook(cells=[new_code_cell(c) for c in cells]), tmp_path / "mine.ipynb")
+    said = ("mine.ipynb, cell 1 line 3: your notebook imports helpers from helpers.py in its own "
+            "folder. Hand in helpers.py beside mine.ipynb: the grader has only the files you hand "
+            "in, and without it every function that uses helpers scores nothing there, though it "
+            "passes here")
+    assert own_module_notes(tmp_path / "mine.ipynb") == [said]
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
+    ns = {"__name__": "__main__"}
+    exec(cells[1], ns)  # typed in a notebook kernel
+    assert said in notebook_notes(ns["roll_diff"])
+    with pytest.warns(LoadNote) as warned:
+        load_functions(tmp_path / "mine.ipynb")
+    assert any(said in str(w.message) for w in warned), [str(w.message) for w in warned]
+    # numpy and jax are not the student's: nothing said of them
+    (tmp_path / "other.ipynb").write_text((tmp_path / "mine.ipynb").read_text().replace(
+        "from helpers import twice", ""))
+    assert own_module_notes(tmp_path / "other.ipynb") == []
 
 
 PROFILE_ALL = r'''

@@ -53,7 +53,14 @@ try:
     from selfcheck import check, describe_devices, make_mesh, setup_devices
 
     setup_devices()
-except ImportError as e:  # no JAX, or an unsupported one: the message says what to run
+except ImportError as e:  # no JAX, an unsupported one, or no selfcheck/: the message says what to do
+    if getattr(e, "name", None) == "selfcheck":
+        raise SystemExit(
+            "No selfcheck/ folder beside this notebook (No module named 'selfcheck'). The "
+            "self-check comes in the assignment's folder, next to the notebook: open the "
+            "notebook from inside the whole folder as it was handed out (unzip it again; on "
+            "Colab or Kaggle upload the whole folder and change into it, %cd <folder>), then "
+            "run this cell again.") from None
     raise SystemExit(str(e)) from None
 import jax
 
@@ -82,7 +89,14 @@ import pathlib
 
 import pytest
 
-import selfcheck
+try:
+    import selfcheck
+except ModuleNotFoundError as e:
+    if e.name != "selfcheck":
+        raise
+    raise ImportError("no selfcheck/ folder beside this file: the self-check comes in the "
+                      "assignment's folder, next to the notebook and this file. Run pytest in "
+                      "the whole folder as it was handed out (unzip it again).") from None
 
 NOTEBOOK = pathlib.Path(__file__).with_name("{asg}.ipynb")
 NAMES = {names!r}
@@ -135,15 +149,24 @@ where the grader checks them, the memory figure and the modeled TPU speed at the
 shapes against its bound and limit (compiled and modeled, never timed on this machine). `pytest -q`
 in this folder runs the same for every function of the saved notebook, one test per function
 and check (about {seconds} s on 2 cores). All green means every check passes on the figures the
-grader computes; a check that cannot run on your machine fails and says why."""
+grader computes; a check that cannot run on your machine fails and says why.
+
+**Handing in.** Hand in this notebook under its own name. Keep your code in it: a module of your
+own that it imports (a `helpers.py` beside it) must be handed in beside the notebook, since the
+grader has only the files you hand in; `check` and `pytest` remind you when the notebook
+imports one."""
 
 
-#: the packages a release folder needs, by what for (``requirements.txt``); the bounds are
-#: pyproject.toml's (JAX's are autograder/core/versions.py's, which pyproject.toml repeats)
+#: the packages a release folder needs, by what for (``requirements.txt``): everything its
+#: cells and its self-check import, directly or through an optional feature of JAX they use;
+#: tests/test_notebooks_executed.py runs each solved notebook in a venv made from this alone.
+#: The bounds are pyproject.toml's (JAX's are autograder/core/versions.py's, which
+#: pyproject.toml repeats)
 REQUIRED = (
     ("jax", "the course's JAX range; on a TPU runtime install jax[tpu] in the same range"),
     ("numpy", None),
     ("matplotlib", "tpu_profile's timeline picture (its text needs nothing more)"),
+    ("rich", "jax.debug.visualize_array_sharding draws a layout with it"),
     ("ipython", "the self-check reads your cells' magics as Jupyter does"),
     ("pytest", "pytest in this folder runs the self-check on every graded function"),
     ("jupyterlab", "to open and run the notebook (jupyter lab " + "{asg}.ipynb)"),
@@ -216,6 +239,14 @@ cases from a secret seed (so run `check` again after a change: it draws new case
 its memory and speed cases' values too (the same shapes as here; only a loop whose length
 follows the data can count differently there, and the speed line says so). The "What the
 grader checks" cell before each problem lists every check and its points.
+
+## Hand in
+
+`{asg}.ipynb`, saved, under that name. The grader has only the files you hand in: a module of
+your own that the notebook imports (a `helpers.py` next to it) must be handed in beside the
+notebook, or every function that uses it scores nothing, though it passes here (`check` and
+`pytest` say when the notebook imports one). Keep `selfcheck/` as it is: the grader uses its
+own copy.
 '''
 
 

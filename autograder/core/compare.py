@@ -31,8 +31,8 @@ def compare_values(got: np.ndarray, want: np.ndarray, rtol: float, atol: float, 
     """None if ``got`` matches ``want``; otherwise what differs, in one sentence (``names``: what
     to call ``want`` and ``got`` in it). ``tiles``: ``(spec, {axis: size})``, the output's
     PartitionSpec and the mesh's axis sizes; the sentence then also says which of the blocks
-    the spec cuts the output into are wrong, when some are right (a wrong ring index shows
-    as a few wrong blocks)."""
+    the spec cuts the output into are wrong, and where a wrong one's values belong (a wrong
+    ring index shows as a few wrong blocks, or right blocks on the wrong devices)."""
     if tuple(got.shape) != tuple(want.shape):
         return f"expected shape {tuple(want.shape)}, found {tuple(got.shape)}"
     if got.dtype != want.dtype and not (np.issubdtype(got.dtype, np.floating)
@@ -52,7 +52,8 @@ def compare_values(got: np.ndarray, want: np.ndarray, rtol: float, atol: float, 
         return None
     idx = np.unravel_index(int(np.argmax(err - tol)), err.shape)
     nbad = int(np.sum(err > tol))
-    where = "" if tiles is None else wrong_blocks(err > tol, *tiles)
+    where = "" if tiles is None else wrong_blocks(err > tol, *tiles, got=g, want=w,
+                                                  tol=(atol * scale, rtol))
     return (f"{nbad} of {g.size} values differ; worst at index {tuple(int(i) for i in idx)}: "
             f"{names[0]} {w[idx]:.6g}, {names[1]} {g[idx]:.6g}{where}")
 
@@ -104,10 +105,14 @@ def _close(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> bool:
 BLOCKS_NAMED = 4
 
 
-def wrong_blocks(bad: np.ndarray, spec, sizes: dict) -> str:
+def wrong_blocks(bad: np.ndarray, spec, sizes: dict, got: Optional[np.ndarray] = None,
+                 want: Optional[np.ndarray] = None, tol: Optional[tuple] = None) -> str:
     """'; wrong in k of n blocks ...' for the mask ``bad`` of wrong values, with the blocks as
     ``spec`` cuts the output over a mesh of axis ``sizes``, each named by its slice and the
-    mesh position that holds it; '' when every block (or the only one) is wrong."""
+    mesh position that holds it, and, given ``got``, ``want`` and ``tol`` (``(abs, rel)``), the
+    other block of the reference whose values a wrong block holds (a ring index off by one puts
+    a right block on the wrong device); also when every block is wrong, which then says so
+    (one mistake every device makes alike). '' with only one block, or none wrong."""
     entries = list(spec) + [None] * (bad.ndim - len(tuple(spec)))
     parts, names = [], []
     for entry, n in zip(entries, bad.shape, strict=True):
@@ -120,22 +125,63 @@ def wrong_blocks(bad: np.ndarray, spec, sizes: dict) -> str:
     total = int(np.prod(parts))
     if total <= 1:
         return ""
-    wrong = []
-    for block in np.ndindex(*parts):
-        sl = tuple(slice(b * (n // k), (b + 1) * (n // k))
-                   for b, n, k in zip(block, bad.shape, parts, strict=True))
-        if bad[sl].any():
-            wrong.append((block, sl))
-    if not wrong or len(wrong) == total:
+    blocks = [(block, tuple(slice(b * (n // k), (b + 1) * (n // k))
+                            for b, n, k in zip(block, bad.shape, parts, strict=True)))
+              for block in np.ndindex(*parts)]
+    wrong = [(block, sl) for block, sl in blocks if bad[sl].any()]
+    if not wrong:
         return ""
-    shown = []
-    for block, sl in wrong[:BLOCKS_NAMED]:
+
+    def named(block, sl) -> str:
         held = ", ".join(f"{a}={b}" for a, b, k in zip(names, block, parts, strict=True)
                          if a is not None and k > 1)
         text = "[" + ", ".join(f"{s.start}:{s.stop}" if k > 1 else ":"
                                for s, k in zip(sl, parts, strict=True)) + "]"
-        shown.append(f"{text}{f' ({held})' if held else ''}")
+        return f"{text}{f' ({held})' if held else ''}"
+
+    def match(g, sl, piece=Ellipsis):
+        """The other block whose ``piece`` of the reference ``g`` equals, or None."""
+        for other, osl in blocks:
+            w = np.asarray(want[osl], np.float64)[piece]
+            if osl != sl and np.all(np.abs(g - w) <= tol[0] + tol[1] * np.abs(w)):
+                return other, osl
+        return None
+
+    def belongs(sl) -> str:
+        """' holds the values of <block>' where the reference has got[sl] elsewhere; else the
+        same for each half of its last dimension (the two rings of a two-way ring each carry
+        one half of every block)."""
+        if got is None or want is None or tol is None:
+            return ""
+        g = np.asarray(got[sl], np.float64)
+        found = match(g, sl)
+        if found is not None:
+            return f" holds the values of {named(*found)}"
+        n = g.shape[-1] if g.ndim else 0
+        if n < 2 or n % 2:
+            return ""
+        said = []
+        for name, cut in (("first", slice(0, n // 2)), ("second", slice(n // 2, n))):
+            piece = (Ellipsis, cut)
+            found = match(g[piece], sl, piece)
+            if found is not None:
+                said.append(f"its {name} half of columns holds that of {named(*found)}")
+            elif not bad[sl][piece].any():
+                said.append(f"its {name} half of columns is right")
+        return f" ({'; '.join(said)})" if said else ""
+
+    shown = [named(block, sl) + belongs(sl) for block, sl in wrong[:BLOCKS_NAMED]]
     more = f" and {len(wrong) - BLOCKS_NAMED} more" if len(wrong) > BLOCKS_NAMED else ""
+    axes = " x ".join(f"{k} along {a}" for a, k in zip(names, parts, strict=True)
+                      if a is not None and k > 1)
+    if len(wrong) == total:
+        if not any(" holds " in s for s in shown):
+            return (f"; wrong in every one of the {total} blocks the output spec cuts it into "
+                    f"({axes}; each device's block): a mistake every device makes alike, such "
+                    "as a wrong block index or ring shift at some step, or the wrong rows of "
+                    "a weight")
+        return (f"; wrong in every one of the {total} blocks the output spec cuts it into "
+                f"({axes}): {', '.join(shown)}{more}")
     return (f"; wrong in {len(wrong)} of the {total} blocks the output spec cuts it into: "
             f"{', '.join(shown)}{more}; the others are right")
 

@@ -14,11 +14,25 @@ RING_SIZES = (2, 4, 8)
 SHOWN = 5
 
 
-def _report(wrong: list[str], ok: str) -> list[str]:
-    print(f"{len(wrong)} problem{'s' * (len(wrong) != 1)}, the first ones:" if wrong else ok)
+class Problems(list):
+    """What a checker returns: every problem it found, as a list (empty when the answer
+    works). The checker has printed its summary already, so Jupyter shows nothing more for it
+    when it ends a cell: the cell ends on the summary, not on the whole list echoed after it
+    (146 lines for ps4's starter guess, a stray ``[]`` on success)."""
+
+    def _ipython_display_(self):  # IPython's hook: the summary above is the display
+        return None
+
+
+def _report(wrong: list[str], ok: str) -> Problems:
+    left = len(wrong) - SHOWN
+    print(f"{len(wrong)} problem{'s' * (len(wrong) != 1)}"
+          f"{', the first ones:' if left > 0 else ':'}" if wrong else ok)
     for line in wrong[:SHOWN]:
         print("  " + line)
-    return wrong
+    if left > 0:
+        print(f"  and {left} more: fix these first and run the cell again")
+    return Problems(wrong)
 
 
 def ring_problems(held) -> list[str]:

@@ -13,7 +13,14 @@ import pathlib
 
 import pytest
 
-import selfcheck
+try:
+    import selfcheck
+except ModuleNotFoundError as e:
+    if e.name != "selfcheck":
+        raise
+    raise ImportError("no selfcheck/ folder beside this file: the self-check comes in the "
+                      "assignment's folder, next to the notebook and this file. Run pytest in "
+                      "the whole folder as it was handed out (unzip it again).") from None
 
 NOTEBOOK = pathlib.Path(__file__).with_name("ps2_moe.ipynb")
 NAMES = ['moe_local', 'moe_jit', 'moe_allgather', 'moe_all_to_all', 'moe_topk']

@@ -56,8 +56,11 @@ def course_devices(n: int = N_DEVICES):
     cpus = jax.devices("cpu")
     if len(cpus) < n:
         raise RuntimeError(
-            f"only {len(cpus)} CPU devices are available; restart Python and call "
-            "autograder.core.devices.setup_devices() before using JAX"
+            f"only {len(cpus)} CPU devices are available, and the course needs {n}: JAX "
+            "started before the set-up asked for them. Restart the kernel (or Python) and run "
+            "the notebook's set-up cell first, before anything uses JAX (from "
+            f"{'autograder.core.devices' if __name__.startswith('autograder.') else 'selfcheck'}"
+            " import setup_devices; setup_devices())"
         )
     return cpus[:n]
 

@@ -390,8 +390,21 @@ class _Relevance:
         why = your_code_raised(describe_error(error, limit=300), 300)
         head = f"{where}: not loaded ({why}), so {_listing(missing)}"
         if set(users) <= names:
-            return f"{head} could not be graded"
-        return f"{head} {'is' if len(missing) == 1 else 'are'} undefined for {_listing(users)}"
+            return f"{head} could not be graded{_own_module_hint(error)}"
+        return (f"{head} {'is' if len(missing) == 1 else 'are'} undefined for "
+                f"{_listing(users)}{_own_module_hint(error)}")
+
+
+def _own_module_hint(error: BaseException) -> str:
+    """What to do where an import of a module found nowhere failed: a helper module of the
+    student's own, left out of the hand-in, is the usual cause (the grader has only the files
+    handed in, while the notebook found it in its folder at home)."""
+    name = getattr(error, "name", None) if isinstance(error, ModuleNotFoundError) else None
+    if not name or name.split(".")[0] in ("autograder", "selfcheck"):
+        return ""
+    top = name.split(".")[0]
+    return (f". If {top} is a module of your own ({top}.py beside the notebook), hand it in "
+            "beside the notebook: the grader has only the files you hand in")
 
 
 #: how much of a skipped statement its note quotes

@@ -32,7 +32,7 @@ from ..core.compare import (
 )
 from ..core.compiling import FAST_CPU_COMPILE, on_cpu, runner
 from ..core.errors import describe_error
-from ..core.loader import load, skipped_notes, written_names
+from ..core.loader import load, skipped_notes, source_chunks, written_names
 from ..core.meshes import make_mesh
 from ..core.results import (
     MEASURED_NEED_STRUCTURE,
@@ -241,9 +241,19 @@ def _structure(rules, f, placed, static, mesh, prob, inputs, compiled: str):
 
 class CheckFailed(AssertionError):
     """What ``check`` raises: an AssertionError (pytest reports it as one) that a notebook shows
-    as its message alone, without a traceback through the self-check's own code."""
+    as its message alone, without a traceback through the self-check's own code. ``shown``:
+    the checks whose report ``check`` printed just before; a notebook then shows only their
+    names, so that each message appears once (``str()`` keeps the whole message)."""
+
+    def __init__(self, message: str = "", shown: tuple[str, ...] = ()):
+        super().__init__(message)
+        self.shown = tuple(shown)
 
     def _render_traceback_(self):  # IPython's hook for how an exception is shown
+        if self.shown:
+            return [f"check failed: {', '.join(self.shown)} (the FAILED line"
+                    f"{'s' * (len(self.shown) != 1)} above say{'s' * (len(self.shown) == 1)} "
+                    "what was found and where)"]
         return [f"check failed: {self}"]
 
 
@@ -482,7 +492,8 @@ def check(name: str, fn, *, layouts=LAYOUTS, cases: int = 2, verbose: bool = Tru
         print(lines(name, results, big=big))
     if bad:
         first = [r for r in bad if not r.skipped]
-        raise CheckFailed("\n".join(f"{r.name}: {r.message}" for r in first))
+        raise CheckFailed("\n".join(f"{r.name}: {r.message}" for r in first),
+                          shown=tuple(r.name for r in first) if verbose else ())
 
 
 def lines(name: str, results: list[CheckResult], *, big: bool = True) -> str:
@@ -512,7 +523,7 @@ def load_functions(path) -> dict:
     import warnings
 
     loaded = load(path, keep_names=frozenset(_table()))  # notes only where a checked name needs them
-    for note in loaded.notes:
+    for note in loaded.notes + own_module_notes(path):
         warnings.warn(f"note: {note}", LoadNote, stacklevel=2)
     return {k: v for k, v in loaded.namespace.items() if callable(v)}
 
@@ -556,6 +567,45 @@ def notebook_notes(fn) -> list[str]:
     if path is None:
         return []
     try:
-        return [f"{path.name}, {n}" for n in skipped_notes(path, frozenset(_table()))]
+        return [f"{path.name}, {n}" for n in skipped_notes(path, frozenset(_table()))] + \
+            own_module_notes(path)
     except Exception:  # noqa: BLE001 - a notebook saved half-way: nothing to say
         return []
+
+
+def own_module_notes(path) -> list[str]:
+    """One note per module of the student's own that the saved notebook (or file) at ``path``
+    imports from its own folder (``helpers.py`` beside it, or a ``helpers/`` package): it works
+    at home, and the grader has it only if it is handed in beside the notebook."""
+    import ast
+    from pathlib import Path
+
+    path = Path(path)
+    seen: dict[str, str] = {}
+    for label, code in source_chunks(path):
+        try:
+            tree = ast.parse(code)
+        except SyntaxError:  # a cell of IPython syntax: the loader reads it, not this
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                modules = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                modules = [node.module]
+            else:
+                continue
+            for module in modules:
+                top = module.split(".")[0]
+                if top in seen or top in (ROOT, "selfcheck"):
+                    continue
+                for found in (path.parent / f"{top}.py", path.parent / top / "__init__.py"):
+                    if found.is_file():
+                        seen[top] = (
+                            f"{path.name}, {label} line {node.lineno}: your notebook imports "
+                            f"{top} from {found.relative_to(path.parent)} in its own folder. "
+                            f"Hand in {found.relative_to(path.parent).parts[0]} beside "
+                            f"{path.name}: the grader has only the files you hand in, and "
+                            f"without it every function that uses {top} scores nothing there, "
+                            "though it passes here")
+                        break
+    return list(seen.values())

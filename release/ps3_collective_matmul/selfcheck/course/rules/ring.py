@@ -101,6 +101,10 @@ def _shifts(op: Op, y: int) -> str:
     return ", ".join(signed_shift(s, y) for s in sorted(op.shift(y)))
 
 
+#: how many ppermutes a message about the bytes sent names (it says how many it leaves out)
+SENDS_NAMED = 4
+
+
 def _describe(op: Op, y: int) -> str:
     shapes = ", ".join(str(list(s)) for s in op.in_shapes) or "?"
     runs = op.times()
@@ -386,9 +390,11 @@ def ring_rule(variant: str, *, bidirectional: bool = False):
                 sent = ("more than that sent with ppermute, in a loop or branch whose count "
                         "the data decides" if _data(prog, "ppermute") else
                         f"{_mib(total)} sent with ppermute")
+                more = len(perms) - SENDS_NAMED
+                listed = "; ".join(_describe(o, ny) for o in perms[:SENDS_NAMED]) + (
+                    f"; and {more} more ppermute{'s' * (more != 1)}" if more > 0 else "")
                 return _fail(f"send {need}: {_mib(budget)} per device in all; "
-                             f"found {sent} "
-                             f"({'; '.join(_describe(o, ny) for o in perms[:4])}).", prog)
+                             f"found {sent} ({listed}).", prog)
 
         # -- both directions -------------------------------------------------------------
         if bidirectional:
