@@ -14,6 +14,8 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from . import devices
+
 #: jaxpr primitive -> the collective kind used in rules and messages.
 COLLECTIVE_KINDS = {
     "psum": "psum",
@@ -451,7 +453,7 @@ def trace(fn, args, *, static_argnums=(), compiled_text: str | None = None) -> P
     ops = flatten(closed.jaxpr, meta=meta)
     text = compiled_text
     if text is None:
-        text = jax.jit(fn, static_argnums=static_argnums).lower(*args).compile().as_text()
+        text = devices.lower(fn, *args, static_argnums=static_argnums).compile().as_text()
     from jax._src.dtypes import short_dtype_name
 
     def info(avals):

@@ -23,6 +23,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from ..core import devices
 from ..core.compare import (
     compare_values,
     copies_disagree,
@@ -233,9 +234,9 @@ def _structure(rules, f, placed, static, mesh, prob, inputs, compiled: str):
                        run=runner(FAST_CPU_COMPILE), perturbations=perturbations_of(rules))
     if paths.error is not None:
         return f"structure: {paths.error}", paths.refused is not None
-    for devices, res in paths.judge(rules, mesh, prob):
+    for where, res in paths.judge(rules, mesh, prob):
         if not res.passed:
-            return f"structure{f' ({devices})' if devices else ''}: {res.message}", False
+            return f"structure{f' ({where})' if where else ''}: {res.message}", False
     return None, False
 
 
@@ -341,7 +342,7 @@ def run_checks(name: str, fn, *, layouts=LAYOUTS, cases: int = 2, seed: int | No
     import secrets
 
     import jax
-    from jax.sharding import NamedSharding, PartitionSpec
+    from jax.sharding import PartitionSpec
 
     __tracebackhide__ = True
     table = _table()
@@ -375,10 +376,8 @@ def run_checks(name: str, fn, *, layouts=LAYOUTS, cases: int = 2, seed: int | No
             for a, s in zip(args, in_specs, strict=True):
                 if s is None:
                     placed.append(a)
-                elif spec["uses_mesh"]:
-                    placed.append(jax.device_put(a, NamedSharding(mesh, s)))
                 else:
-                    placed.append(jax.device_put(a, mesh.devices.flat[0]))
+                    placed.append(devices.place(a, mesh, s if spec["uses_mesh"] else None))
             on = f" on mesh {x}x{y}" if spec["uses_mesh"] else ""
             where = (f"{name}{on} with "
                      + ", ".join(f"{k}={list(a.shape) if hasattr(a, 'shape') else a}"
@@ -388,7 +387,7 @@ def run_checks(name: str, fn, *, layouts=LAYOUTS, cases: int = 2, seed: int | No
                 with _time_limit(time_limit, where):
                     # compiled as the grader compiles its numerics programs (on CPU: without
                     # LLVM's heavy passes, about 3x quicker to compile; elsewhere as XLA would)
-                    compiled = jax.jit(f, static_argnums=static).lower(*placed).compile(
+                    compiled = devices.lower(f, *placed, static_argnums=static).compile(
                         on_cpu(FAST_CPU_COMPILE))
                     out = compiled(*[a for i, a in enumerate(placed) if i not in static])
             except CheckFailed as e:  # an endless loop, stopped

@@ -38,6 +38,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from ..core import devices
 from ..core.stablehlo import (ProgramUnreadable, RunCounts, calls_for_composites,
                                control_flow_ops, has_control_flow, one_callee_per_call)
 from .hlo import ModelError
@@ -521,7 +522,6 @@ def count_run(exported, args: Sequence, run: Callable | None = None,
     """Run the counting program of ``exported`` (with ``branches``, its conditionals counted
     too) on ``args`` once; nothing runs where there is nothing to count. ``run(fn, args)`` runs
     a program (default: ``jax.jit(fn)(*args)``)."""
-    import jax
 
     text = exported.mlir_module()
     if not has_control_flow(text):  # no loop, no branch: not even a rewrite to make
@@ -531,7 +531,7 @@ def count_run(exported, args: Sequence, run: Callable | None = None,
         return CountedRun([], [])
     shapes = _result_shapes(module)[-len(tags):]
     counting = _with_module(exported, module, [(s, np.int32) for s in shapes])
-    outs = (run or (lambda f, a: jax.jit(f)(*a)))(counting.call, args)
+    outs = (run or (lambda f, a: devices.jit(f)(*a)))(counting.call, args)
     return CountedRun(list(tags), [np.asarray(v).reshape(-1) for v in outs[1:]], outs[0])
 
 
@@ -681,13 +681,11 @@ def _run_instrumented(exported, module, tags: list, arg_sets: Sequence[Sequence]
                       run_all: Callable | None) -> list[CountedRun]:
     """``module`` (``exported`` instrumented, ``tags`` its extra results) compiled once and run
     on each set of ``arg_sets``: a :class:`CountedRun` per set."""
-    import jax
-
     shapes = _result_shapes(module)[-len(tags):]
     program = _with_module(exported, module, [(s, np.int32) for s in shapes])
 
     def each(f, sets):
-        jitted = jax.jit(f)
+        jitted = devices.jit(f)
         return [jitted(*a) for a in sets]
 
     outs = (run_all or each)(program.call, list(arg_sets))

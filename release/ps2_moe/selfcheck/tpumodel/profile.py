@@ -21,6 +21,7 @@ from typing import Optional
 
 import numpy as np
 
+from ..core import devices
 from ..core.results import MEASURED_NEED_STRUCTURE
 from .api import Modeled, compare
 from .plot import plot_timelines
@@ -225,9 +226,6 @@ def case_args(problem, mesh, *, shape=None, dtype=None, seed: int = 0,
     """Arguments for ``problem`` on ``mesh``: the registry's case of this ``size`` ('speed' or
     'memory'), or arrays of the given ``shape`` (B, D, F for the matmul problems), cast to
     ``dtype``; placed with the problem's shardings."""
-    import jax
-    import jax.numpy as jnp
-    from jax.sharding import NamedSharding
 
     x, y = (int(mesh.shape[a]) for a in ("X", "Y"))
     if shape is not None:
@@ -246,13 +244,10 @@ def case_args(problem, mesh, *, shape=None, dtype=None, seed: int = 0,
         if spec is None or not isinstance(a, np.ndarray):
             out.append(a)
             continue
-        arr = jnp.asarray(a)
-        if dtype is not None and jnp.issubdtype(arr.dtype, jnp.floating):
+        arr = np.asarray(a)  # cast here: jnp would compute on JAX's default device
+        if dtype is not None and np.issubdtype(arr.dtype, np.floating):
             arr = arr.astype(dtype)
-        if problem.uses_mesh:
-            out.append(jax.device_put(arr, NamedSharding(mesh, spec)))
-        else:
-            out.append(jax.device_put(arr, mesh.devices.flat[0]))
+        out.append(devices.place(arr, mesh, spec if problem.uses_mesh else None))
     return out
 
 

@@ -49,9 +49,9 @@ MODEL_CPU_COMPILE = {**SPEED_CPU_COMPILE, "xla_backend_optimization_level": 0,
 
 
 def _compiles_with(options: dict) -> None:
-    import jax
+    from . import devices
 
-    jax.jit(lambda v: v + 1).lower(np.float32(1)).compile(options)
+    devices.lower(lambda v: v + 1, np.float32(1)).compile(options)
 
 
 @functools.lru_cache(maxsize=None)
@@ -97,17 +97,17 @@ def runner(cpu: dict) -> Callable:
     """``run(fn, args)`` for programs that are read and run once, never timed (the instrumented
     counting copies): compiled with ``cpu``'s options on CPU, as XLA would elsewhere."""
     def run(fn, args):
-        import jax
+        from . import devices
 
-        lowered = jax.jit(fn).lower(*args)
+        lowered = devices.lower(fn, *args)
         return lowered.compile(on_cpu(cpu))(*args)
 
     def run_all(fn, arg_sets):
         """``fn`` compiled once (on the first set's shapes) and run on each set of ``arg_sets``
         (all of one signature): its outputs per set."""
-        import jax
+        from . import devices
 
-        compiled = jax.jit(fn).lower(*arg_sets[0]).compile(on_cpu(cpu))
+        compiled = devices.lower(fn, *arg_sets[0]).compile(on_cpu(cpu))
         return [compiled(*args) for args in arg_sets]
 
     run.all = run_all

@@ -20,6 +20,7 @@ from typing import Callable, Iterator, Optional
 
 import numpy as np
 
+from ..core import devices
 from ..core.optable import refusal
 from ..core.program import Program
 from ..core.results import CheckResult
@@ -42,7 +43,7 @@ class Paths:
         says so when the devices ran different paths (each path must pass), else ''. It names
         no device: which devices took which path is what the data decided, and on a secret
         case a program could encode an input value in it."""
-        for devices, prog in self.programs:
+        for _ids, prog in self.programs:
             where = "" if len(self.programs) == 1 else (
                 "on some devices: the devices ran different loop counts or branches (as the "
                 "data decided), and each path is judged")
@@ -90,7 +91,6 @@ def _received_and_counted(exported, mesh, dynamic, inputs: tuple, perturbations:
     instrumented program (:func:`~autograder.tpumodel.loops.count_and_receive`: one compile
     for both measures), else None (and None where no perturbed input is run: the caller
     counts the program alone)."""
-    import jax
 
     from ..tpumodel.loops import count_and_receive, received
 
@@ -103,7 +103,7 @@ def _received_and_counted(exported, mesh, dynamic, inputs: tuple, perturbations:
     for _, changes in variants:
         args = list(dynamic)
         for i, value in changes.items():
-            args[i] = jax.device_put(value, dynamic[i].sharding)
+            args[i] = devices.place_like(value, dynamic[i].sharding)
         sets.append(args)
     run_all = getattr(run, "all", None)
     counted = None
@@ -113,8 +113,8 @@ def _received_and_counted(exported, mesh, dynamic, inputs: tuple, perturbations:
         sums = [r.received(shape, names) for r in runs]
     else:
         sums = received(exported, sets, shape, names, run_all=run_all)
-    changed = any(not np.array_equal(sums[0][list(devices)], got[list(devices)])
-                  for (devices, _), got in zip(variants, sums[1:], strict=True))
+    changed = any(not np.array_equal(sums[0][list(ids)], got[list(ids)])
+                  for (ids, _), got in zip(variants, sums[1:], strict=True))
     return changed, counted
 
 
@@ -188,7 +188,6 @@ def _read(exported, dynamic, shape, names, run, count, read) -> Paths:
 def export_for_reading(fn, placed: list, static_argnums: tuple = ()):
     """``(exported, dynamic args)`` of ``jax.jit(fn)`` on ``placed`` (static arguments given by
     position): what the self-check reads, as the sandbox's export is what the grader reads."""
-    import jax
 
     static = {i: a for i, a in enumerate(placed) if i in static_argnums}
     dynamic = [a for i, a in enumerate(placed) if i not in static_argnums]
@@ -197,5 +196,5 @@ def export_for_reading(fn, placed: list, static_argnums: tuple = ()):
         it = iter(dyn)
         return fn(*[static[i] if i in static else next(it) for i in range(len(placed))])
 
-    exported = jax.export.export(jax.jit(bound, keep_unused=True))(*dynamic)
+    exported = devices.export(bound, *dynamic, keep_unused=True)
     return exported, dynamic

@@ -1,14 +1,25 @@
-"""Device set-up shared by the grader, the notebooks and the self-check bundle.
+"""The course's devices, and the one door through which course code reaches them.
 
 The course needs 8 devices for its 2-D meshes. On a TPU VM or a multi-GPU host the real devices
 are used. Everywhere else (a laptop, CI, Colab's single-chip runtimes) XLA:CPU is asked for 8
 emulated devices; this must happen before JAX creates its backends, so call
 :func:`setup_devices` first thing.
+
+On a one-chip GPU or TPU host JAX's *default* backend is the accelerator while the course's
+devices are CPU devices. Course code therefore never relies on JAX's defaults: every export,
+jit, lowering and placement goes through :func:`export`, :func:`jit` / :func:`lower` and
+:func:`place` here, which name the course's devices and their platform
+(``tests/test_devices.py`` fails on a raw ``jax.export.export``, ``jax.jit`` or
+``jax.device_put`` anywhere else in the package). Processes that never import JAX (the
+supervisor) learn the course's platform from
+:func:`autograder.supervisor.platform.grader_platform`.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
+from typing import Optional
 
 from .versions import range_text, require_jax, support
 
@@ -65,9 +76,96 @@ def course_devices(n: int = N_DEVICES):
     return cpus[:n]
 
 
+def _export_name(platform: str) -> str:
+    """A device's platform in ``jax.export``'s naming ('gpu' is 'cuda' or 'rocm')."""
+    if platform != "gpu":
+        return platform
+    try:
+        from jax._src import xla_bridge
+
+        return xla_bridge.canonicalize_platform(platform)
+    except Exception:  # noqa: BLE001 - private API moved: CUDA is by far the likeliest
+        return "cuda"
+
+
 def platform() -> str:
-    """'tpu', 'gpu' or 'cpu': where the course meshes live."""
-    return course_devices()[0].platform
+    """Where the course meshes live, in ``jax.export``'s naming: 'cpu', 'cuda', 'rocm' or
+    'tpu' (the platform every course export names)."""
+    return _export_name(course_devices()[0].platform)
+
+
+def is_accelerator() -> bool:
+    """Whether the course's devices are real accelerators (else emulated CPU devices)."""
+    return platform() != "cpu"
+
+
+@contextlib.contextmanager
+def on_course_devices():
+    """Computations that name no device (uncommitted arguments, array creation) run on the
+    course's first device inside this block, never on JAX's default backend."""
+    import jax
+
+    with jax.default_device(course_devices()[0]):
+        yield
+
+
+class Jitted:
+    """``jax.jit(fn, **kw)`` whose calls and lowerings happen on the course's devices."""
+
+    def __init__(self, fn, **kw):
+        import jax
+
+        self.fn = fn
+        self._jitted = jax.jit(fn, **kw)
+
+    def __call__(self, *args, **kwargs):
+        with on_course_devices():
+            return self._jitted(*args, **kwargs)
+
+    def lower(self, *args, **kwargs):
+        with on_course_devices():
+            return self._jitted.lower(*args, **kwargs)
+
+
+def jit(fn, **kw) -> Jitted:
+    """``jax.jit`` on the course's devices (see :class:`Jitted`)."""
+    return Jitted(fn, **kw)
+
+
+def lower(fn, *args, **kw):
+    """``jax.jit(fn, **kw).lower(*args)`` on the course's devices."""
+    return jit(fn, **kw).lower(*args)
+
+
+def export(fn, *args, platform: Optional[str] = None, **kw):
+    """``jax.export.export(jax.jit(fn, **kw))(*args)`` for the course's platform (or the
+    ``platform`` named: the sandboxed worker, which runs on CPU, exports for the grader's)."""
+    import jax
+
+    with on_course_devices():
+        return jax.export.export(jax.jit(fn, **kw),
+                                 platforms=(platform or globals()["platform"](),))(*args)
+
+
+def place(value, mesh=None, spec=None):
+    """``value`` on the course's devices: sharded by ``spec`` over ``mesh``, or on the mesh's
+    (or, without a mesh, the course's) first device when ``spec`` is None."""
+    import jax
+    from jax.sharding import NamedSharding
+
+    if mesh is not None and spec is not None:
+        return jax.device_put(value, NamedSharding(mesh, spec))
+    if mesh is None and spec is not None:
+        raise ValueError(f"a sharding spec ({spec}) needs a mesh to place {type(value).__name__}")
+    device = mesh.devices.flat[0] if mesh is not None else course_devices()[0]
+    return jax.device_put(value, device)
+
+
+def place_like(value, sharding):
+    """``value`` placed as an array of the course already is (its ``sharding``)."""
+    import jax
+
+    return jax.device_put(value, sharding)
 
 
 def describe_devices() -> str:
@@ -93,4 +191,10 @@ def describe_devices() -> str:
     else:
         lines.append(f"course meshes: {len(course)} real {kind.upper()} devices "
                      f"({course[0].device_kind})")
+    if default[0] not in course:
+        lines.append(f"your own cells: arrays you make without a mesh go to JAX's default "
+                     f"device ({default[0].platform.upper()} {default[0].id}); put them on a "
+                     "course mesh (make_mesh, jax.device_put with a NamedSharding) to use the "
+                     "course's devices, as every check does")
     return "\n".join(lines)
+

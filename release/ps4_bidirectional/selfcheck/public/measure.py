@@ -21,6 +21,7 @@ import functools
 from dataclasses import dataclass
 from typing import Optional
 
+from ..core import devices
 from ..core.errors import describe_error
 from ..core.results import MEASURED_NEED_STRUCTURE, CheckResult, failed, passed
 
@@ -56,7 +57,6 @@ def memory_profile(problem, bar: dict, arg_names, fn) -> Optional[MemoryProfile]
     """``fn`` compiled at the grader's memory case (``bar``: the public table's memory entry),
     its temporary bytes beside the bound; None where this JAX reports no memory figures.
     Compile only: nothing runs."""
-    import jax
     import numpy as np
 
     from ..core.compiling import MEMORY_CPU_COMPILE, on_cpu
@@ -69,7 +69,7 @@ def memory_profile(problem, bar: dict, arg_names, fn) -> Optional[MemoryProfile]
     f = functools.partial(fn, mesh=mesh) if problem.uses_mesh else fn
     # compiled as the grader compiles its memory program (XLA's own passes as always, so the
     # same temp bytes; on CPU, LLVM's optimisation lowered: a quicker compile)
-    stats = jax.jit(f, static_argnums=problem.static_argnums).lower(*args).compile(
+    stats = devices.lower(f, *args, static_argnums=problem.static_argnums).compile(
         on_cpu(MEMORY_CPU_COMPILE)).memory_analysis()
     if stats is None:
         return None
@@ -170,7 +170,6 @@ def speed_models(problem, fn, mesh, args, *, chip: str, baseline=None) -> tuple:
     (:func:`~autograder.tpumodel.api.run_hooks`), against the jit baseline (or ``baseline``:
     its recorded figures). Raises :class:`~autograder.tpumodel.hlo.ModelError` for a program
     the model cannot price."""
-    import jax
 
     from ..core.compiling import MODEL_CPU_COMPILE, SPEED_CPU_COMPILE, on_cpu, runner
     from ..core.optable import refusal
@@ -192,7 +191,7 @@ def speed_models(problem, fn, mesh, args, *, chip: str, baseline=None) -> tuple:
         raise Unpriced(str(got).rstrip("."))
     # one compile, as the grader's speed program: the model's input and XLA's FLOP count (never
     # run: the instrumented copy below runs)
-    compiled, text = compile_partitioned(jax.jit(exported.call).lower(*dynamic),
+    compiled, text = compile_partitioned(devices.lower(exported.call, *dynamic),
                                          on_cpu(MODEL_CPU_COMPILE))
     base_text = None if baseline is not None else baseline_hlo(problem, mesh, args)
     measured, pinned = run_hooks(exported, dynamic, *_mesh_geometry(geo_mesh),
