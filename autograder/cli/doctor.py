@@ -188,7 +188,8 @@ def _graded(isolated: bool) -> Finding:
     import tempfile
     from pathlib import Path
 
-    from .main import grade_path
+    from ..supervisor.options import Options
+    from ..supervisor.supervise import grade_submission
 
     fix = ("the cause is above; fix it and run the doctor again (python -m autograder grade "
            "FILE shows the same report for any hand-in)")
@@ -196,8 +197,9 @@ def _graded(isolated: bool) -> Finding:
         path = Path(d) / "doctor_handin.py"
         path.write_text(HANDIN)
         try:
-            res = grade_path(path, "ps1_sharding", seed=0, isolation=isolated,
-                             only=[HANDIN_FUNCTION], cache_dir=None)
+            res = grade_submission(path, Options(assignment="ps1_sharding", seed=0,
+                                                 isolation=isolated, only=[HANDIN_FUNCTION],
+                                                 cache_dir=None))
         except Exception as e:  # noqa: BLE001 - the grader could not start: reported
             return Finding("grading", False, f"grading a right hand-in of {HANDIN_FUNCTION} "
                            f"could not start ({type(e).__name__}: {e})", fix=fix)
