@@ -83,6 +83,10 @@ def _assignment_in(name: str, known: list[str]) -> Optional[str]:
 #: the file nbgrader's exchange (``nbgrader collect``) writes beside a hand-in: when it was
 #: submitted
 TIMESTAMP_FILE = "timestamp.txt"
+#: nbgrader's exchange files beside a hand-in that say when and by whom, not what: a
+#: resubmission of the same files (a new time, a new ``submission_secret.txt`` from ``nbgrader
+#: submit``) is not graded again; both reach ``autograded/`` for ``release_feedback``
+EXCHANGE_FILES = (TIMESTAMP_FILE, "submission_secret.txt")
 
 
 def handed_in(item: Item) -> dict:
@@ -279,7 +283,7 @@ def fingerprint(item: Item, opts) -> str:
     h.update(read_capped(item.path))
     if item.own_folder:  # helper files beside the notebook are graded with it
         for p in own_files(item.path.parent, limits=opts.limits):
-            if p.parent == item.path.parent and p.name == TIMESTAMP_FILE:
+            if p.parent == item.path.parent and p.name in EXCHANGE_FILES:
                 continue  # when, not what: a resubmission of the same files is not regraded
             h.update(str(p.relative_to(item.path.parent)).encode())
             h.update(read_capped(p))
@@ -407,6 +411,20 @@ def grade_one(item: Item, opts, reports: Path, key: bytes, *, force: bool = Fals
         return _grade_one(item, opts, reports, key, force=force, seed=seed)
     except FolderRefused as e:  # the folder grew past a cap since it was listed
         return _refused(dataclasses.replace(item, refused=str(e)))
+
+
+def _to_grade(item: Item, opts, reports: Path, key: bytes, force: bool) -> bool:
+    """Whether :func:`grade_one` would grade ``item`` (not refused, and forced or without a
+    verified report that needs nothing graded again)."""
+    if item.refused:
+        return False
+    if force:
+        return True
+    try:
+        old = _reuse(item, fingerprint(item, opts), reports, key)
+    except FolderRefused:
+        return False
+    return old is None or bool(old.report.get("needs_regrade"))
 
 
 def _grade_one(item: Item, opts, reports: Path, key: bytes, *, force: bool,
@@ -557,8 +575,10 @@ def grade_all(root: Path, *, workers: int = 1, out: Optional[Path] = None,
     out = Path(out) if out else Path("class_grades.csv")
     reports = Path(reports) if reports else out.parent / "reports"
     reports.mkdir(parents=True, exist_ok=True)
-    if warm and items and not scheduler:
-        warm_cache(opts)
+    key = report_key(reports)
+    if warm and not scheduler and any(_to_grade(it, opts, reports, key, it.key in forced)
+                                      for it in items):
+        warm_cache(opts)  # not for a class whose every hand-in keeps its report
     outcomes: list[Outcome] = []
     lock = threading.Lock()
     bar = None
@@ -586,7 +606,6 @@ def grade_all(root: Path, *, workers: int = 1, out: Optional[Path] = None,
     # is graded on the same unpredictable inputs, and identical programs are graded once. An
     # nbgrader course folder keeps its own, which `nbgrader autograde` uses too (.seed).
     run_seed = class_seed(root) if opts.seed is None else opts.seed
-    key = report_key(reports)
     try:
         if scheduler:
             _grade_on_cluster(items, opts, reports, key, scheduler, forced=forced, seed=run_seed,

@@ -168,7 +168,7 @@ def _cmd(a) -> int:
         if course is not None:  # nbgrader generate_feedback reads autograded notebooks
             from ..classroom.nbgrader_plugin import write_autograded
 
-            files = write_autograded(course, outcomes)
+            files = write_autograded(course, outcomes, a.gradebook)
             print(f"{len(files)} autograded notebook(s) written under {course / 'autograded'} "
                   "(nbgrader generate_feedback ASSIGNMENT makes the feedback)", file=sys.stderr)
     refused = [o for o in outcomes if o.report.get("refused")]
