@@ -51,7 +51,8 @@ _MAX_NOTEBOOK = 32 << 20
 def configure(c) -> None:
     """Use :class:`GradeInSandbox` instead of nbgrader's Execute when autograding,
     :class:`MarkRegrades` right after nbgrader saves the scores, :class:`FailOnRegrade` last,
-    and :class:`OverwriteReleasedCells` for the OverwriteCells of nbgrader's sanitizing steps."""
+    :class:`OverwriteReleasedCells` for the OverwriteCells of nbgrader's sanitizing steps, and
+    :class:`~.export.CourseCsvExport` for ``nbgrader export``."""
     from nbgrader.converters.autograde import Autograde
     from nbgrader.preprocessors import SaveAutoGrades
 
@@ -69,6 +70,10 @@ def configure(c) -> None:
     c.Autograde.autograde_preprocessors = out + [FailOnRegrade]
     c.Autograde.sanitize_preprocessors = [OverwriteReleasedCells if s is OverwriteCells else s
                                           for s in sanitize]
+    # nbgrader export: a hand-in without a grade is left empty and flagged, never a plain 0.0
+    from .export import CourseCsvExport
+
+    c.ExportApp.plugin_class = CourseCsvExport
     # nbgrader's own update_or_create_submission (every hand-in it autogrades) makes SQLAlchemy
     # warn about nbgrader's code: noise with nothing for the instructor to do (gradebook.py)
     from .gradebook import ignore_nbgrader_autoflush
