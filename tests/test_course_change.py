@@ -293,3 +293,45 @@ def test_nbgraders_autograde_drops_a_removed_problems_cells_before_saving_grades
                                              "roll_diff")}
     mine = [c for c in nb.cells if "return In @ W" in c.source]
     assert len(mine) == 1 and "nbgrader" not in mine[0].metadata
+
+
+def test_gradebook_sync_sees_submissions_recorded_before_the_release(tmp_path, capsys):
+    """The slip of `nbgrader autograde` before `generate_assignment`: the assignment (added
+    with its due date) has no notebook, and autograde recorded a submission with nothing to
+    grade in it. gradebook-sync says so and names the fix instead of "in line", grade-all
+    --gradebook refuses before grading, and --apply records the release's notebook and cells
+    and gives the submission an empty grade in each, as nbgrader's add_submission does."""
+    import shutil
+
+    from nbgrader.api import Gradebook
+
+    from autograder.classroom.gradebook import quiet_nbgrader
+    from autograder.classroom.gradebook_sync import before_grading
+    from autograder.cli.main import main
+
+    (tmp_path / "source" / ASG).mkdir(parents=True)
+    shutil.copy(ROOT / "source" / ASG / f"{ASG}.ipynb", tmp_path / "source" / ASG)
+    (tmp_path / "nbgrader_config.py").write_text("c = get_config()  # noqa: F821\n")
+    db = tmp_path / "gradebook.db"
+    with quiet_nbgrader(), Gradebook(f"sqlite:///{db}") as gb:
+        gb.add_assignment(ASG, duedate="2026-11-21 18:00:00 UTC")
+        gb.add_student("ada")
+        gb.add_submission(ASG, "ada")
+    sync = ["gradebook-sync", str(db), "--course", str(tmp_path)]
+    assert main(sync) == 1
+    out = capsys.readouterr().out
+    assert f"{ASG}: no release recorded" in out and "1 submission(s) recorded without it" in out
+    assert "--apply" in out
+    why = before_grading(str(db), tmp_path)
+    assert why and "no release recorded" in why and "nothing was graded" in why
+    assert main(sync + ["--apply"]) == 0
+    with Gradebook(f"sqlite:///{db}") as gb:
+        nb = gb.find_notebook(ASG, ASG)
+        assert {c.name for c in nb.grade_cells} == {
+            f"grade_{p}" for p in ("shard_average_jit", "shard_average_shard_map", "roll_diff")}
+        (submitted,) = gb.find_submission(ASG, "ada").notebooks
+        assert {(g.name, g.auto_score, g.needs_manual_grade) for g in submitted.grades} == {
+            (c.name, None, True) for c in nb.grade_cells}
+        assert {c.name for c in submitted.comments} == {c.name for c in nb.solution_cells}
+    capsys.readouterr()
+    assert main(sync) == 0 and "in line" in capsys.readouterr().out
