@@ -220,7 +220,7 @@ def _graded_before(folder, students, opts) -> None:
         _write_report(item, res.to_dict(), 1.0, fingerprint(item, opts), key, reports)
 
 
-def test_a_removed_problem_leaves_feedback_and_its_release_working(course, tmp_path):
+def test_a_removed_problem_leaves_feedback_and_its_release_working(course, tmp_path, capsys):
     """A class graded before mlp_block left ps1 (its hand-ins keep the removed problem's
     cells), brought in line as the README says (gradebook-sync --apply, grade-all
     --gradebook): the autograded notebooks' graded cells are the gradebook's, so nbgrader's
@@ -251,6 +251,8 @@ def test_a_removed_problem_leaves_feedback_and_its_release_working(course, tmp_p
     for run in ("grade-all", "grade-all again"):
         assert main(["grade-all", str(folder), "--gradebook", str(db), "--no-isolation",
                      "--no-progress", "--out", str(folder / "class_grades.csv")]) == 0, run
+        err = capsys.readouterr().err  # said in words, not only as a count
+        assert "nothing was graded" in err and "--force grades every hand-in again" in err, err
         for s in students:
             nb = nbformat.read(folder / "autograded" / s / ASG / f"{ASG}.ipynb", as_version=4)
             ids = [c.metadata.get("nbgrader", {}).get("grade_id") for c in nb.cells]

@@ -179,6 +179,12 @@ def _cmd(a) -> int:
           f"{class_report_path(Path(a.out))}"
           + (f"; on the INSECURE scheduler {a.scheduler} (no TLS, no authentication)"
              if a.scheduler and a.insecure_scheduler else ""), file=sys.stderr)
+    if outcomes and not graded:
+        print("nothing was graded: every hand-in is unchanged since its last grading (its "
+              "report reused"
+              + (", on this machine; no task went to the cluster" if a.scheduler else "")
+              + "); --force grades every hand-in again, --student NAME one student's",
+              file=sys.stderr)
     for o in refused:  # the hand-in's own: a person fixes it, the grader cannot
         print(f"refused: {o.item.key}: {o.report['refused']}", file=sys.stderr)
     if refused:
