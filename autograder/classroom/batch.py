@@ -161,8 +161,9 @@ def discover(root: Path, limits=None, roster=None) -> list[Item]:
     and two hand-ins that map to the same student and assignment, come back refused
     (``Item.refused`` says why, naming the files): graded by nobody, and listed for a look.
     ``roster`` (:class:`~.roster.Roster`, from ``--roster``): a flat folder's file belongs to the
-    student whose LMS id the LMS wrote in its name, never to the name text a student chose;
-    a file the roster cannot place is refused alone, and keeps no one else from a grade."""
+    student whose LMS id the LMS wrote in its name (read in the layout of ``roster.lms``, or the
+    one every file name of the folder fits), never to the name text a student chose; a file
+    the roster cannot place is refused alone, and keeps no one else from a grade."""
     from .seed import course_root
 
     root = Path(root)
@@ -176,15 +177,23 @@ def discover(root: Path, limits=None, roster=None) -> list[Item]:
             if p.suffix in SUFFIXES and not p.name.startswith(".")
             and (p.is_symlink() or p.is_file())]
     unplaced: list[Item] = []
+    lms = None
+    if roster is not None:  # one layout for the whole folder: --lms, or the one all names fit
+        from .roster import detect, place, readings
+
+        lms = roster.lms or detect([p.name for p in flat])
     for p in flat:
         a = _assignment_in(p.stem, known)
         if roster is not None:
-            from .roster import place
-
-            student, why = place(p.name, roster)
+            student, why = place(p.name, roster, lms)
             if student is None:  # refused alone: it takes part in no clash
                 unplaced.append(Item(p.stem, a, p, refused=why))
                 continue
+            # the assignment from the student's own file name, not the display name before it
+            own = [r.file_name for r in readings(p.name, lms)
+                   if roster.student(r.lms_id) == student]
+            if own:
+                a = _assignment_in(Path(own[0]).stem, known) or a
         else:
             student = p.stem
             if a:

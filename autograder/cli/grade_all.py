@@ -48,8 +48,13 @@ def add_parser(sub) -> None:
                    help="a flat folder exported by an LMS: the LMS's roster (a CSV with a "
                    "header, one column of LMS ids like id or user_id, one of names like "
                    "student or name); each file then belongs to the student whose id the LMS "
-                   "wrote in its name (Canvas: name_12345_67890_file.ipynb), not to the name "
-                   "text a student chose; files it cannot place are refused alone")
+                   "wrote in its name, read where the LMS's layout puts it (Canvas: "
+                   "name_12345_67890_file.ipynb; Moodle: Full Name_1234_assignsubmission_file_"
+                   "file.ipynb), not from the name text a student chose; files it cannot place "
+                   "are refused alone")
+    g.add_argument("--lms", choices=("canvas", "moodle"),
+                   help="with --roster: the LMS whose file-name layout the folder has (default: "
+                   "the one every file name fits)")
     g.add_argument("--gradebook", metavar="DB",
                    help="also write the grades into nbgrader's gradebook (an SQLAlchemy URL "
                    "such as sqlite:///gradebook.db, or an sqlite file), per graded cell, for "
@@ -96,9 +101,12 @@ def _cmd(a) -> int:
                   file=sys.stderr)
             return 2
         try:
-            roster = read(Path(a.roster))
+            roster = dataclasses.replace(read(Path(a.roster)), lms=a.lms)
         except RosterError as e:
             return refuse(e)
+    elif a.lms:
+        print("--lms goes with --roster", file=sys.stderr)
+        return 2
     opts = Options(quick=a.quick, seed=a.seed, with_speed=not a.no_speed, limits=limits_of(a),
                    isolation=not a.no_isolation)
     if a.cache_dir:
