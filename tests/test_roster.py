@@ -33,6 +33,15 @@ def test_a_roster_that_cannot_place_anyone_is_refused(tmp_path, text, said):
         rosters.read(_roster(tmp_path, text))
 
 
+def test_nbgrader_s_own_student_csv_is_a_roster(tmp_path):
+    """nbgrader db student import reads id (the student) and lms_user_id: one file for both."""
+    r = rosters.read(_roster(tmp_path, "id,first_name,lms_user_id\nalice,Alice,111\n"
+                                       "bob,Bob,222\n"))
+    assert r.students == {"111": "alice", "222": "bob"}
+    with pytest.raises(rosters.RosterError, match="not a number"):
+        rosters.read(_roster(tmp_path, "id,lms_user_id\nalice,\n"))
+
+
 def test_a_bad_roster_stops_grade_all_before_grading(tmp_path, capsys):
     (tmp_path / "flat").mkdir()
     bad = _roster(tmp_path, "id,student\n111,alice\n111,bob\n")

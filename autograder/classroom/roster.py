@@ -28,6 +28,9 @@ from .names import _slug
 ID_COLUMNS = ("id", "lms_id", "user_id", "userid", "canvas_id", "participant_id", "sis_user_id")
 #: the roster's column of student names (the name reports and the CSV use)
 NAME_COLUMNS = ("student", "name", "login", "username")
+#: nbgrader's column of LMS ids in its student CSV: with it, ``id`` is the student (nbgrader's
+#: student id), as ``nbgrader db student import`` reads the same file
+NBGRADER_ID = "lms_user_id"
 #: a roster larger than this is not a roster
 MAX_BYTES = 4 << 20
 
@@ -61,7 +64,9 @@ def _column(header: list[str], names: tuple[str, ...], what: str, path: Path) ->
 
 
 def parse(text: str, path: Path) -> Roster:
-    """The roster in ``text`` (a CSV with a header). Refused (RosterError, naming the row): no
+    """The roster in ``text`` (a CSV with a header: an LMS id column of :data:`ID_COLUMNS` and
+    a name column of :data:`NAME_COLUMNS`, or nbgrader's student CSV, ``id`` and
+    ``lms_user_id``). Refused (RosterError, naming the row): no
     id or name column, an empty or non-numeric id (LMS ids in file names are numbers), an empty
     name, one id twice, or two ids for one student (or for names that are one file name once made
     safe: two students would share a report)."""
@@ -71,8 +76,13 @@ def parse(text: str, path: Path) -> Roster:
         raise RosterError(f"the roster {path} is empty: a CSV with a header (id,student) and "
                           "one row per student")
     header, body = rows[0], rows[1:]
-    ic = _column(header, ID_COLUMNS, "LMS ids", path)
-    nc = _column(header, NAME_COLUMNS, "student names", path)
+    low = [h.strip().lower() for h in header]
+    if low.count(NBGRADER_ID) == 1 and low.count("id") == 1:
+        # nbgrader's own student CSV (nbgrader db student import): its id is the student
+        ic, nc = low.index(NBGRADER_ID), low.index("id")
+    else:
+        ic = _column(header, ID_COLUMNS, "LMS ids", path)
+        nc = _column(header, NAME_COLUMNS, "student names", path)
     students: dict[str, str] = {}
     owner: dict[str, tuple[str, int]] = {}
     for n, row in enumerate(body, start=2):
@@ -120,8 +130,6 @@ LAYOUTS = ("moodle", "canvas")
 #: Moodle's fixed text after the participant id (its file-submission plugin)
 MOODLE_MARK = "_assignsubmission_file_"
 _MOODLE = re.compile(r"_([0-9]+)" + re.escape(MOODLE_MARK))
-#: Canvas's resubmission suffix before the extension: ``ps1_sharding-1.ipynb``
-_CANVAS_SUFFIX = re.compile(r"^(?P<base>.+?)-(?P<n>[0-9]+)(?P<ext>\.[^.]*)?$")
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ def add_parser(sub) -> None:
     g.add_argument("--roster", metavar="CSV",
                    help="a flat folder exported by an LMS: the LMS's roster (a CSV with a "
                    "header, one column of LMS ids like id or user_id, one of names like "
-                   "student or name); each file then belongs to the student whose id the LMS "
+                   "student or name; or nbgrader's student CSV, id and lms_user_id); each file then belongs to the student whose id the LMS "
                    "wrote in its name, read where the LMS's layout puts it (Canvas: "
                    "name_12345_67890_file.ipynb; Moodle: Full Name_1234_assignsubmission_file_"
                    "file.ipynb), not from the name text a student chose; files it cannot place "
