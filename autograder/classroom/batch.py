@@ -633,17 +633,19 @@ def grade_all(root: Path, *, workers: int = 1, out: Optional[Path] = None,
     finally:
         if bar is not None:
             bar.close()
-    write_all(outcomes, out, reports)
+    write_all(outcomes, out, reports, roster.students.values() if roster is not None else ())
     return outcomes
 
 
-def write_all(outcomes: list[Outcome], out: Path, reports: Path) -> None:
+def write_all(outcomes: list[Outcome], out: Path, reports: Path, students=()) -> None:
     """The CSV, each student's report and the class report, from ``outcomes`` (written again
-    by ``grade-all --gradebook`` once the gradebook said which hand-ins are late)."""
+    by ``grade-all --gradebook`` once the gradebook said which hand-ins are late).
+    ``students``: the class by the roster or gradebook: the class report names those of them
+    who handed in nothing."""
     from .class_report import write as write_class_report
 
     write_outputs(outcomes, out, reports)
-    write_class_report(reports, class_report_path(out))
+    write_class_report(reports, class_report_path(out), students=students)
 
 
 def class_seed(root: Path) -> int:

@@ -155,7 +155,7 @@ def _cmd(a) -> int:
         return 2
     if a.gradebook:
         from ..classroom.batch import write_all
-        from ..classroom.gradebook import course_config, lateness, publish
+        from ..classroom.gradebook import course_config, lateness, publish, students
         from ..classroom.seed import course_root
 
         course = course_root(root)
@@ -168,7 +168,9 @@ def _cmd(a) -> int:
             o.report.update(late.get((str(o.report.get("student")),
                                       o.report.get("assignment")), {}))
         write_all(outcomes, Path(a.out),
-                  Path(a.reports) if a.reports else Path(a.out).parent / "reports")
+                  Path(a.reports) if a.reports else Path(a.out).parent / "reports",
+                  students=set(students(a.gradebook))
+                  | set(roster.students.values() if roster is not None else ()))
         n_late = sum(1 for v in late.values() if v["seconds_late"] > 0)
         if n_late:
             print(f"{n_late} hand-in(s) late (the CSV's seconds_late and late_penalty, as "
