@@ -14,10 +14,10 @@ c.CourseDirectory.db_url = os.environ.get(
     "NBGRADER_DB_URL", "sqlite:///" + os.path.join(c.CourseDirectory.root, "gradebook.db"))
 
 # nbgrader's exchange (release_assignment, fetch_assignment, submit, collect): by default the
-# system-wide /usr/local/share/nbgrader/exchange. Hand out through an LMS instead, or give this
-# course an exchange of its own that students can write to and that exists beforehand
-# (docs/instructor.md, "Handing out and collecting"):
-# c.Exchange.root = "/srv/nbgrader/jax-scaling-exchange"
+# system-wide /usr/local/share/nbgrader/exchange. Name it in /etc/jupyter/nbgrader_config.py
+# (c.Exchange.root = "/srv/nbgrader/exchange"), which the students' nbgrader reads too; this
+# file is read by the instructor's commands only. Keep it outside this folder, mode 1777
+# (docs/instructor.md, "Handing out and collecting").
 
 # Files a student folder may contain besides the notebook.
 c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", ".pytest_cache"]

@@ -182,3 +182,42 @@ def test_the_late_column_says_how_late_as_the_gradebook_said():
     assert "2026-11-23 01:02:03 UTC (file time)" in page
     page = students_section([cy])
     assert "--gradebook" in page and '<td class="late"></td>' in page
+
+
+def test_the_heatmap_has_a_column_only_for_a_check_some_function_has(monkeypatch):
+    """CLASS has no memory check: neither the heatmap's columns nor the table's show one."""
+    shown = {}
+    real = cr._figure
+
+    def figure(w, h):
+        fig, ax = real(w, h)
+        monkeypatch.setattr(ax, "set_xticks", lambda ticks, labels, **kw: shown.update(
+            x=list(labels)))
+        return fig, ax
+    monkeypatch.setattr(cr, "_figure", figure)
+    html = cr.checks_section(CLASS)
+    assert shown["x"] == ["numerics", "structure", "speed"]
+    assert "<th>memory</th>" not in html and "<th>sharding</th>" not in html
+    with_memory = CLASS + [_hand_in("di", 5.0, [("numerics", True, "ok"),
+                                                ("memory", True, "ok")])]
+    html = cr.checks_section(with_memory)
+    assert shown["x"] == ["numerics", "structure", "memory", "speed"]
+    assert "<th>memory</th>" in html
+
+
+def test_a_long_message_is_cut_between_words():
+    words = [f"word{i}" for i in range(80)]
+    msg = " ".join(w.replace("word", "token") for w in words)
+    cut = cr.template(msg)
+    assert len(cut) <= 240 and cut.endswith("…")
+    assert all(w in msg.split() for w in cut[:-1].split()), cut  # every word whole
+    assert cr.template("short message") == "short message"
+
+
+def test_students_who_handed_in_nothing_are_named():
+    page = cr.render(CLASS, students=["ann", "bo", "cy", "dee", "eli"])
+    section = page[page.index("handed in nothing"):page.index("Every hand-in")]
+    assert "dee, eli" in section and "ann" not in section
+    assert "handed in nothing" not in cr.render(CLASS)  # no roster, no gradebook: no section
+    every = cr.render(CLASS, students=["ann", "bo", "cy"])
+    assert "None: every student" in every

@@ -1,6 +1,9 @@
-"""Changing the course mid-term: the build stops on a cell that names a removed function, and
-``gradebook-sync`` brings nbgrader's gradebook in line with the registry."""
+"""Changing the course mid-term: the build stops on a cell that names a removed function,
+``gradebook-sync`` brings nbgrader's gradebook in line with the registry, and the feedback of a
+class graded before the change still reaches every student."""
+import os
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import ROOT
@@ -174,3 +177,163 @@ def test_grade_all_refuses_an_out_of_line_gradebook_before_grading(course, capsy
     assert "out of line with the course" in err and "grade_mlp_block" in err
     assert "gradebook-sync" in err and "nothing was graded" in err
     assert not (folder / "class_grades.csv").exists()
+
+
+def _stale_hand_in(folder, student: str) -> None:
+    """``student``'s ps1 hand-in of the release before mlp_block was removed from ps1: today's
+    release notebook with that problem's solution cell (the student's code) and hidden cell,
+    and the files nbgrader's exchange leaves beside it."""
+    import nbformat
+    from nbformat.v4 import new_code_cell
+
+    nb = nbformat.read(ROOT / "release" / ASG / f"{ASG}.ipynb", as_version=4)
+    solution = new_code_cell("def mlp_block(In, W, mesh):\n    return In @ W")
+    solution.metadata["nbgrader"] = {"grade": False, "grade_id": "solution_mlp_block",
+                                     "locked": False, "schema_version": 3, "solution": True}
+    hidden = new_code_cell("# the course autograder grades `mlp_block` here")
+    hidden.metadata["nbgrader"] = {"grade": True, "grade_id": "grade_mlp_block", "locked": True,
+                                   "points": 6.0, "schema_version": 3, "solution": False}
+    nb.cells += [solution, hidden]
+    sub = folder / "submitted" / student / ASG
+    sub.mkdir(parents=True)
+    nbformat.write(nb, sub / f"{ASG}.ipynb")
+    (sub / "timestamp.txt").write_text("2026-11-21 12:00:00.000000 UTC")
+    (sub / "submission_secret.txt").write_text(f"secret-of-{student}")
+
+
+def _graded_before(folder, students, opts) -> None:
+    """Each student's ps1 report as grade-all signed it when it graded the class (full marks
+    on every function of today's ps1), so that grade-all reuses it and grades nothing."""
+    from autograder.classroom.batch import _write_report, discover, fingerprint, report_key
+    from autograder.core.results import CheckResult, FunctionResult, SubmissionResult
+    from autograder.course import registry
+
+    reports = folder / "reports"
+    reports.mkdir(exist_ok=True)
+    key = report_key(reports)
+    res = SubmissionResult({p.name: FunctionResult(p.name, float(p.points),
+                                                   [CheckResult("numerics", True, "right")],
+                                                   weights=dict(p.weights))
+                            for p in registry.problems(ASG)}, assignment=ASG, isolated=False)
+    for item in discover(folder):
+        assert item.student in students and not item.refused, item
+        _write_report(item, res.to_dict(), 1.0, fingerprint(item, opts), key, reports)
+
+
+def test_a_removed_problem_leaves_feedback_and_its_release_working(course, tmp_path, capsys):
+    """A class graded before mlp_block left ps1 (its hand-ins keep the removed problem's
+    cells), brought in line as the README says (gradebook-sync --apply, grade-all
+    --gradebook): the autograded notebooks' graded cells are the gradebook's, so nbgrader's
+    generate_feedback and release_feedback succeed for every student, and so they do after
+    the next grade-all, which writes the autograded notebooks again. No hand-in is graded: the
+    reports of the earlier grading are reused, as a rerun reuses them."""
+    import subprocess
+
+    import nbformat
+
+    from autograder.classroom.gradebook_sync import sync
+    from autograder.cli.main import main
+    from autograder.supervisor.options import Options
+
+    folder, db = course
+    with (folder / "nbgrader_config.py").open("a") as f:
+        f.write('c.CourseDirectory.course_id = "course101"\n')
+    students = ("ada", "ben")
+    for s in students:
+        _stale_hand_in(folder, s)
+    _graded_before(folder, students, Options(isolation=False))
+    sync(str(db), folder, write=True)
+
+    nbgrader = str(Path(sys.executable).parent / "nbgrader")
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    exchange = tmp_path / "exchange"
+    exchange.mkdir()
+    for run in ("grade-all", "grade-all again"):
+        assert main(["grade-all", str(folder), "--gradebook", str(db), "--no-isolation",
+                     "--no-progress", "--out", str(folder / "class_grades.csv")]) == 0, run
+        err = capsys.readouterr().err  # said in words, not only as a count
+        assert "nothing was graded" in err and "--force grades every hand-in again" in err, err
+        for s in students:
+            nb = nbformat.read(folder / "autograded" / s / ASG / f"{ASG}.ipynb", as_version=4)
+            ids = [c.metadata.get("nbgrader", {}).get("grade_id") for c in nb.cells]
+            assert "grade_mlp_block" not in ids and "solution_mlp_block" not in ids, (run, s)
+            assert any("return In @ W" in c.source for c in nb.cells)  # her code is kept
+            assert (folder / "autograded" / s / ASG / "submission_secret.txt").is_file()
+        for cmd in (["generate_feedback", ASG, "--force"],
+                    ["release_feedback", ASG, f"--Exchange.root={exchange}"]):
+            p = subprocess.run([nbgrader] + cmd, cwd=folder, capture_output=True, text=True,
+                               timeout=300, env=env)
+            assert p.returncode == 0 and "MissingEntry" not in p.stderr, \
+                (run, cmd, p.stderr[-3000:])
+        for s in students:
+            html = (folder / "feedback" / s / ASG / f"{ASG}.html").read_text()
+            assert "roll_diff" in html and "mlp_block: " not in html, (run, s)
+        assert len(list((exchange / "course101" / "feedback").glob("*.html"))) == 2, run
+
+
+def test_nbgraders_autograde_drops_a_removed_problems_cells_before_saving_grades(course):
+    """nbgrader autograde's sanitizing step (the course's OverwriteCells) makes a stale
+    hand-in's cells the gradebook's: the removed problem's hidden cell is gone, its solution
+    cell is the student's plain code, and every graded cell left is one the gradebook has (its
+    SaveAutoGrades and generate_feedback look each one up)."""
+    import nbformat
+    from nbgrader import utils
+
+    from autograder.classroom.gradebook import db_url
+    from autograder.classroom.gradebook_sync import sync
+    from autograder.classroom.nbgrader_plugin import OverwriteReleasedCells
+
+    folder, db = course
+    sync(str(db), folder, write=True)
+    _stale_hand_in(folder, "ada")
+    nb = nbformat.read(folder / "submitted" / "ada" / ASG / f"{ASG}.ipynb", as_version=4)
+    resources = {"nbgrader": {"notebook": ASG, "assignment": ASG, "student": "ada",
+                              "db_url": db_url(str(db))}}
+    nb, _ = OverwriteReleasedCells().preprocess(nb, resources)
+    graded = {c.metadata["nbgrader"]["grade_id"] for c in nb.cells if utils.is_grade(c)}
+    assert graded == {f"grade_{p}" for p in ("shard_average_jit", "shard_average_shard_map",
+                                             "roll_diff")}
+    mine = [c for c in nb.cells if "return In @ W" in c.source]
+    assert len(mine) == 1 and "nbgrader" not in mine[0].metadata
+
+
+def test_gradebook_sync_sees_submissions_recorded_before_the_release(tmp_path, capsys):
+    """The slip of `nbgrader autograde` before `generate_assignment`: the assignment (added
+    with its due date) has no notebook, and autograde recorded a submission with nothing to
+    grade in it. gradebook-sync says so and names the fix instead of "in line", grade-all
+    --gradebook refuses before grading, and --apply records the release's notebook and cells
+    and gives the submission an empty grade in each, as nbgrader's add_submission does."""
+    import shutil
+
+    from nbgrader.api import Gradebook
+
+    from autograder.classroom.gradebook import quiet_nbgrader
+    from autograder.classroom.gradebook_sync import before_grading
+    from autograder.cli.main import main
+
+    (tmp_path / "source" / ASG).mkdir(parents=True)
+    shutil.copy(ROOT / "source" / ASG / f"{ASG}.ipynb", tmp_path / "source" / ASG)
+    (tmp_path / "nbgrader_config.py").write_text("c = get_config()  # noqa: F821\n")
+    db = tmp_path / "gradebook.db"
+    with quiet_nbgrader(), Gradebook(f"sqlite:///{db}") as gb:
+        gb.add_assignment(ASG, duedate="2026-11-21 18:00:00 UTC")
+        gb.add_student("ada")
+        gb.add_submission(ASG, "ada")
+    sync = ["gradebook-sync", str(db), "--course", str(tmp_path)]
+    assert main(sync) == 1
+    out = capsys.readouterr().out
+    assert f"{ASG}: no release recorded" in out and "1 submission(s) recorded without it" in out
+    assert "--apply" in out
+    why = before_grading(str(db), tmp_path)
+    assert why and "no release recorded" in why and "nothing was graded" in why
+    assert main(sync + ["--apply"]) == 0
+    with Gradebook(f"sqlite:///{db}") as gb:
+        nb = gb.find_notebook(ASG, ASG)
+        assert {c.name for c in nb.grade_cells} == {
+            f"grade_{p}" for p in ("shard_average_jit", "shard_average_shard_map", "roll_diff")}
+        (submitted,) = gb.find_submission(ASG, "ada").notebooks
+        assert {(g.name, g.auto_score, g.needs_manual_grade) for g in submitted.grades} == {
+            (c.name, None, True) for c in nb.grade_cells}
+        assert {c.name for c in submitted.comments} == {c.name for c in nb.solution_cells}
+    capsys.readouterr()
+    assert main(sync) == 0 and "in line" in capsys.readouterr().out

@@ -71,3 +71,53 @@ def test_late_and_resubmitted_as_nbgrader_records_them(tmp_path):
     assert late[("bo", "ps1_sharding")]["late_penalty"] == 4.0
     assert late[("cy", "ps1_sharding")]["seconds_late"] == 0.0 and ("dan", "ps1_sharding") \
         not in late
+
+
+def test_the_export_leaves_a_hand_in_without_a_grade_empty_and_says_why(tmp_path):
+    """nbgrader export, as the course configures it: a hand-in refused before grading and one
+    with a function that needs a regrade have empty raw_score and score and a needs_look
+    reason (nbgrader's own CSV says 0.0 for both, with a time); a graded hand-in keeps its
+    score; a student who handed in nothing keeps nbgrader's 0.0; a manual score given in
+    formgrader makes the row a score again."""
+    import csv
+
+    from nbgrader.api import Gradebook
+    from traitlets.config import Config
+
+    from autograder.classroom.export import CourseCsvExport
+    from autograder.classroom.gradebook import db_url, publish
+    from autograder.classroom.nbgrader_plugin import configure
+
+    c = Config()
+    configure(c)
+    assert c.ExportApp.plugin_class is CourseCsvExport
+
+    fns = {"shard_average_jit": {"score": 3.0, "max_score": 3.0},
+           "shard_average_shard_map": {"score": 3.0, "max_score": 3.0},
+           "roll_diff": {"score": 4.0, "max_score": 4.0}}
+    when = {"timestamp": "2026-11-21 12:00:00", "timestamp_from": "timestamp.txt"}
+    regrade = dict(fns, roll_diff={"score": 0.0, "max_score": 4.0, "needs_regrade": "judge died"})
+    db = str(tmp_path / "gradebook.db")
+    publish([{"student": "ann", "assignment": "ps1_sharding", "functions": fns, **when},
+             {"student": "bo", "assignment": "ps1_sharding", "functions": {},
+              "refused": "renamed notebook", **when},
+             {"student": "cy", "assignment": "ps1_sharding", "functions": regrade, **when}], db)
+    out = tmp_path / "grades.csv"
+
+    def export():
+        with Gradebook(db_url(db)) as gb:
+            gb.update_or_create_student("dee")  # on the roster, handed in nothing
+            CourseCsvExport(to=str(out)).export(gb)
+        return {r["student_id"]: r for r in csv.DictReader(out.open())}
+
+    rows = export()
+    assert rows["ann"]["raw_score"] == "10.0" and rows["ann"]["needs_look"] == ""
+    for s, cells in (("bo", "grade_roll_diff, grade_shard_average_jit"), ("cy", "grade_roll_diff")):
+        assert rows[s]["raw_score"] == rows[s]["score"] == "", rows[s]
+        assert rows[s]["needs_look"].startswith(f"not graded: {cells}"), rows[s]
+        assert rows[s]["timestamp"] == "2026-11-21 12:00:00"
+    assert rows["dee"]["raw_score"] == "0.0" and rows["dee"]["needs_look"] == ""
+    with Gradebook(db_url(db)) as gb:  # a TA grades cy's roll_diff by hand in formgrader
+        gb.find_grade("grade_roll_diff", "ps1_sharding", "ps1_sharding", "cy").manual_score = 2.0
+        gb.db.commit()
+    assert export()["cy"]["raw_score"] == "8.0"

@@ -254,8 +254,10 @@ def test_grade_all_gives_the_gradebook_nbgrader_autograde_gave(demo, tmp_path):
     first hand-in is replaced by his resubmission (the same notebook, a newer timestamp.txt:
     not graded again); dan's ps1_sharding.py is skipped by nbgrader autograde and refused by
     grade-all, listed for a look, with no submission in either gradebook. The CSV and the class
-    report show the late hand-in; the autograded notebooks make the feedback through nbgrader
-    generate_feedback, as after nbgrader autograde."""
+    report show the late hand-in; the autograded folders hold what nbgrader autograde leaves
+    there (the hand-in's timestamp.txt and the exchange's submission_secret.txt), so nbgrader
+    generate_feedback makes the feedback and release_feedback puts it on an exchange, as
+    after nbgrader autograde."""
     import csv
     import shutil
 
@@ -270,6 +272,11 @@ def test_grade_all_gives_the_gradebook_nbgrader_autograde_gave(demo, tmp_path):
     dan.mkdir(parents=True)
     shutil.copy(ROOT / "solutions" / "ps1_sharding.py", dan)
     (dan / "timestamp.txt").write_text("2026-11-21 11:00:00.000000 UTC")
+    secrets = {}
+    for s in ("ada", "ben", "cleo"):  # as nbgrader collect leaves a hand-in of the exchange
+        secrets[s] = f"secret-of-{s}"
+        (folder / "submitted" / s / "ps1_sharding" / "submission_secret.txt").write_text(
+            secrets[s])
     env = dict(os.environ, JAX_NUM_CPU_DEVICES="8", TF_CPP_MIN_LOG_LEVEL="3",
                PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"])
     out = tmp_path / "class_grades.csv"
@@ -324,6 +331,23 @@ def test_grade_all_gives_the_gradebook_nbgrader_autograde_gave(demo, tmp_path):
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     html = (folder / "feedback" / "cleo" / "ps1_sharding" / "ps1_sharding.html").read_text()
     assert "FAIL" in html and "numerics" in html
+    for s in ("ada", "ben", "cleo"):
+        handed = folder / "submitted" / s / "ps1_sharding"
+        for name in ("timestamp.txt", "submission_secret.txt"):
+            assert (folder / "autograded" / s / "ps1_sharding" / name).read_text() == \
+                (handed / name).read_text(), (s, name)
+    exchange = tmp_path / "exchange"
+    exchange.mkdir()
+    p = subprocess.run([nbgrader, "release_feedback", "ps1_sharding",
+                        f"--Exchange.root={exchange}"], cwd=folder, capture_output=True,
+                       text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    from nbgrader.utils import notebook_hash
+
+    released = exchange / "jax-scaling-demo" / "feedback"
+    # each student's page under the name their own nbgrader fetch_feedback looks for
+    assert sorted(p.name for p in released.iterdir()) == sorted(
+        f"{notebook_hash(secret=secrets[s], notebook_id='ps1_sharding')}.html" for s in secrets)
 
 
 def test_the_feedback_run_does_not_repeat_the_checks(demo):

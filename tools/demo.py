@@ -26,7 +26,7 @@ import shutil
 import sys
 import time
 import warnings
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -225,8 +225,15 @@ def main(argv=None) -> int:
     print(f"[{time.time() - t0:5.0f}s] autograding {len(tasks)} hand-ins, {a.workers} at a "
           "time ...", flush=True)
     with ProcessPoolExecutor(a.workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = {t: pool.submit(grade_one, copies[t], *t) for t in tasks}
-        grades = {s: {asg: futures[s, asg].result() for asg in assignments} for s in STUDENTS}
+        futures = {pool.submit(grade_one, copies[t], *t): t for t in tasks}
+        got = {}
+        for fut in as_completed(futures):  # a line per graded hand-in, as each one ends
+            s, asg = futures[fut]
+            got[s, asg] = fut.result()
+            print(f"[{time.time() - t0:5.0f}s] {s}/{asg}: {got[s, asg][0]:g}/"
+                  f"{got[s, asg][1]:g} ({len(got)}/{len(tasks)}; nbgrader's log: "
+                  f"{copies[s, asg] / 'nbgrader.log'})", flush=True)
+        grades = {s: {asg: got[s, asg] for asg in assignments} for s in STUDENTS}
     for s, asg in tasks:
         for sub in ("autograded", "feedback"):
             shutil.copytree(copies[s, asg] / sub / s / asg, course / sub / s / asg)

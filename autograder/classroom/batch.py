@@ -83,6 +83,10 @@ def _assignment_in(name: str, known: list[str]) -> Optional[str]:
 #: the file nbgrader's exchange (``nbgrader collect``) writes beside a hand-in: when it was
 #: submitted
 TIMESTAMP_FILE = "timestamp.txt"
+#: nbgrader's exchange files beside a hand-in that say when and by whom, not what: a
+#: resubmission of the same files (a new time, a new ``submission_secret.txt`` from ``nbgrader
+#: submit``) is not graded again; both reach ``autograded/`` for ``release_feedback``
+EXCHANGE_FILES = (TIMESTAMP_FILE, "submission_secret.txt")
 
 
 def handed_in(item: Item) -> dict:
@@ -157,8 +161,9 @@ def discover(root: Path, limits=None, roster=None) -> list[Item]:
     and two hand-ins that map to the same student and assignment, come back refused
     (``Item.refused`` says why, naming the files): graded by nobody, and listed for a look.
     ``roster`` (:class:`~.roster.Roster`, from ``--roster``): a flat folder's file belongs to the
-    student whose LMS id the LMS wrote in its name, never to the name text a student chose;
-    a file the roster cannot place is refused alone, and keeps no one else from a grade."""
+    student whose LMS id the LMS wrote in its name (read in the layout of ``roster.lms``, or the
+    one every file name of the folder fits), never to the name text a student chose; a file
+    the roster cannot place is refused alone, and keeps no one else from a grade."""
     from .seed import course_root
 
     root = Path(root)
@@ -172,15 +177,23 @@ def discover(root: Path, limits=None, roster=None) -> list[Item]:
             if p.suffix in SUFFIXES and not p.name.startswith(".")
             and (p.is_symlink() or p.is_file())]
     unplaced: list[Item] = []
+    lms = None
+    if roster is not None:  # one layout for the whole folder: --lms, or the one all names fit
+        from .roster import detect, place, readings
+
+        lms = roster.lms or detect([p.name for p in flat])
     for p in flat:
         a = _assignment_in(p.stem, known)
         if roster is not None:
-            from .roster import place
-
-            student, why = place(p.name, roster)
+            student, why = place(p.name, roster, lms)
             if student is None:  # refused alone: it takes part in no clash
                 unplaced.append(Item(p.stem, a, p, refused=why))
                 continue
+            # the assignment from the student's own file name, not the display name before it
+            own = [r.file_name for r in readings(p.name, lms)
+                   if roster.student(r.lms_id) == student]
+            if own:
+                a = _assignment_in(Path(own[0]).stem, known) or a
         else:
             student = p.stem
             if a:
@@ -279,7 +292,7 @@ def fingerprint(item: Item, opts) -> str:
     h.update(read_capped(item.path))
     if item.own_folder:  # helper files beside the notebook are graded with it
         for p in own_files(item.path.parent, limits=opts.limits):
-            if p.parent == item.path.parent and p.name == TIMESTAMP_FILE:
+            if p.parent == item.path.parent and p.name in EXCHANGE_FILES:
                 continue  # when, not what: a resubmission of the same files is not regraded
             h.update(str(p.relative_to(item.path.parent)).encode())
             h.update(read_capped(p))
@@ -407,6 +420,20 @@ def grade_one(item: Item, opts, reports: Path, key: bytes, *, force: bool = Fals
         return _grade_one(item, opts, reports, key, force=force, seed=seed)
     except FolderRefused as e:  # the folder grew past a cap since it was listed
         return _refused(dataclasses.replace(item, refused=str(e)))
+
+
+def _to_grade(item: Item, opts, reports: Path, key: bytes, force: bool) -> bool:
+    """Whether :func:`grade_one` would grade ``item`` (not refused, and forced or without a
+    verified report that needs nothing graded again)."""
+    if item.refused:
+        return False
+    if force:
+        return True
+    try:
+        old = _reuse(item, fingerprint(item, opts), reports, key)
+    except FolderRefused:
+        return False
+    return old is None or bool(old.report.get("needs_regrade"))
 
 
 def _grade_one(item: Item, opts, reports: Path, key: bytes, *, force: bool,
@@ -557,8 +584,10 @@ def grade_all(root: Path, *, workers: int = 1, out: Optional[Path] = None,
     out = Path(out) if out else Path("class_grades.csv")
     reports = Path(reports) if reports else out.parent / "reports"
     reports.mkdir(parents=True, exist_ok=True)
-    if warm and items and not scheduler:
-        warm_cache(opts)
+    key = report_key(reports)
+    if warm and not scheduler and any(_to_grade(it, opts, reports, key, it.key in forced)
+                                      for it in items):
+        warm_cache(opts)  # not for a class whose every hand-in keeps its report
     outcomes: list[Outcome] = []
     lock = threading.Lock()
     bar = None
@@ -586,7 +615,6 @@ def grade_all(root: Path, *, workers: int = 1, out: Optional[Path] = None,
     # is graded on the same unpredictable inputs, and identical programs are graded once. An
     # nbgrader course folder keeps its own, which `nbgrader autograde` uses too (.seed).
     run_seed = class_seed(root) if opts.seed is None else opts.seed
-    key = report_key(reports)
     try:
         if scheduler:
             _grade_on_cluster(items, opts, reports, key, scheduler, forced=forced, seed=run_seed,
@@ -605,17 +633,19 @@ def grade_all(root: Path, *, workers: int = 1, out: Optional[Path] = None,
     finally:
         if bar is not None:
             bar.close()
-    write_all(outcomes, out, reports)
+    write_all(outcomes, out, reports, roster.students.values() if roster is not None else ())
     return outcomes
 
 
-def write_all(outcomes: list[Outcome], out: Path, reports: Path) -> None:
+def write_all(outcomes: list[Outcome], out: Path, reports: Path, students=()) -> None:
     """The CSV, each student's report and the class report, from ``outcomes`` (written again
-    by ``grade-all --gradebook`` once the gradebook said which hand-ins are late)."""
+    by ``grade-all --gradebook`` once the gradebook said which hand-ins are late).
+    ``students``: the class by the roster or gradebook: the class report names those of them
+    who handed in nothing."""
     from .class_report import write as write_class_report
 
     write_outputs(outcomes, out, reports)
-    write_class_report(reports, class_report_path(out))
+    write_class_report(reports, class_report_path(out), students=students)
 
 
 def class_seed(root: Path) -> int:

@@ -14,6 +14,7 @@ reports to an HTML fragment:
 * the modeled TPU speed ratios against each function's limit;
 * the hand-ins that need a human look (not graded, timed out, crashed, graded without isolation,
   notes about the submission);
+* the students of the roster or gradebook who handed in nothing;
 * every student's total, linked to their report, with when it was handed in and, where the
   gradebook gave a due date (``grade-all --gradebook``), how late and nbgrader's late penalty.
 """
@@ -202,7 +203,15 @@ def template(message: str) -> str:
     m = re.sub(r"\b\d+x\d+\b", "<mesh>", m)
     m = re.sub(r"\[[\d, ]+\]", "[…]", m)
     m = re.sub(r"\b\d+(\.\d+)?(e[-+]?\d+)?\b", "#", m)
-    return m[:240]
+    return _cut(m, 240)
+
+
+def _cut(text: str, limit: int) -> str:
+    """``text`` to at most ``limit`` characters, cut at a space (never mid-word), marked …."""
+    if len(text) <= limit:
+        return text
+    head = text[:limit - 1]
+    return (head.rsplit(" ", 1)[0] if " " in head else head).rstrip(" ,;:") + "…"
 
 
 # ----------------------------------------------------------------------------------- sections
@@ -262,10 +271,13 @@ def checks_section(hand_ins: list[HandIn]) -> str:
     if not shares:
         return "<h2>Checks passed</h2><p>No graded functions.</p>"
     funcs = _ordered(shares)
+    #: the checks some function has: a column no function has (memory, in a course whose
+    #: problems set no memory bound) would be an empty column of the heatmap
+    checks = [c for c in CHECKS if any(c in shares[f] for f in funcs)]
     rows = []
     for f in funcs:
         cells = []
-        for c in CHECKS:
+        for c in checks:
             if c in shares[f]:
                 p, n = shares[f][c]
                 cells.append(f'<td class="share" data-check="{c}">{100 * p / n:.0f}% '
@@ -275,13 +287,13 @@ def checks_section(hand_ins: list[HandIn]) -> str:
         rows.append(f"<tr><td><code>{_e(f)}</code></td>{''.join(cells)}</tr>")
     fig, ax = _figure(6, 0.35 * len(funcs) + 1)
     grid = [[(shares[f][c][0] / shares[f][c][1]) if c in shares[f] else float("nan")
-             for c in CHECKS] for f in funcs]
+             for c in checks] for f in funcs]
     im = ax.imshow(grid, cmap="RdYlGn", vmin=0, vmax=1, aspect="auto")
-    ax.set_xticks(range(len(CHECKS)), CHECKS, fontsize=8)
+    ax.set_xticks(range(len(checks)), checks, fontsize=8)
     ax.set_yticks(range(len(funcs)), funcs, fontsize=8)
     fig.colorbar(im, ax=ax, label="share passing")
     return ("<h2>Checks passed, per function</h2>" + _png(fig)
-            + "<table><tr><th>function</th>" + "".join(f"<th>{c}</th>" for c in CHECKS)
+            + "<table><tr><th>function</th>" + "".join(f"<th>{c}</th>" for c in checks)
             + "</tr>" + "".join(rows) + "</table>")
 
 
@@ -407,6 +419,30 @@ def students_section(hand_ins: list[HandIn]) -> str:
             + "</table>")
 
 
+def missing_section(hand_ins: list[HandIn], students: Iterable[str]) -> str:
+    """The students of the roster or gradebook (``students``) with no hand-in of an assignment
+    the page shows: nbgrader export gives each a 0.0; here they are named."""
+    students = sorted(set(students))
+    if not students:
+        return ""
+    seen: dict[str, set] = defaultdict(set)
+    for h in hand_ins:
+        seen[h.assignment].add(h.student)
+    rows = []
+    for asg in sorted(seen):
+        missing = [s for s in students if s not in seen[asg]]
+        if missing:
+            rows.append(f'<tr class="missing" data-assignment="{_e(asg)}"><td>{_e(asg)}</td>'
+                        f"<td>{len(missing)}</td><td>{_e(', '.join(missing))}</td></tr>")
+    if not rows:
+        return ("<h2>Students who handed in nothing</h2><p>None: every student of the roster "
+                "handed in every assignment shown.</p>")
+    return ("<h2>Students who handed in nothing</h2><p>On the roster (or in nbgrader's "
+            "gradebook), with no hand-in of the assignment: nbgrader export gives them 0.0."
+            "</p><table><tr><th>assignment</th><th>students</th><th>who</th></tr>"
+            + "".join(rows) + "</table>")
+
+
 SECTIONS = (scores_section, checks_section, failures_section, speed_section, look_section,
             students_section)
 
@@ -423,11 +459,14 @@ SCRIPT = """window.addEventListener('load', function () {
 });"""
 
 
-def render(hand_ins: list[HandIn], title: str = "Class report") -> str:
-    """The whole page."""
+def render(hand_ins: list[HandIn], title: str = "Class report",
+           students: Iterable[str] = ()) -> str:
+    """The whole page; ``students``: the class's students by the roster or gradebook, so that
+    those who handed in nothing are named (:func:`missing_section`)."""
     n_students = len({h.student for h in hand_ins})
     head = (f"<h1>{_e(title)}</h1><p>{n_students} students, {len(hand_ins)} hand-ins.</p>")
-    body = head + "".join(section(hand_ins) for section in SECTIONS)
+    body = (head + "".join(section(hand_ins) for section in SECTIONS[:-1])
+            + missing_section(hand_ins, students) + SECTIONS[-1](hand_ins))
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{_e(title)}</title>"
             f"<style>{STYLE}</style><script>{SCRIPT}</script></head><body>{body}</body></html>")
 
@@ -473,14 +512,16 @@ def student_page(doc: dict) -> str:
             f"<style>{style}</style></head><body>{''.join(parts)}</body></html>")
 
 
-def write(reports: Path, out: Path, title: str = "Class report") -> Path:
+def write(reports: Path, out: Path, title: str = "Class report",
+          students: Iterable[str] = ()) -> Path:
     """The class page at ``out`` and, beside each student's JSON report, that student's page
-    (``<student>.html``), which the class page links to."""
+    (``<student>.html``), which the class page links to. ``students``: the roster's or
+    gradebook's, to name those who handed in nothing."""
     out = Path(out)
     for path in sorted(Path(reports).glob("*.json")):
         doc = json.loads(path.read_text())
         if "assignments" in doc:
             path.with_suffix(".html").write_text(student_page(doc))
-    out.write_text(render(load_reports(reports, out.parent), title))
+    out.write_text(render(load_reports(reports, out.parent), title, students))
     return out
 

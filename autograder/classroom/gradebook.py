@@ -201,3 +201,12 @@ def lateness(reports: Iterable[dict], target: str) -> dict[tuple[str, str], dict
                         "late_penalty": float(sub.late_submission_penalty or 0.0),
                         "due": sub.duedate.isoformat(sep=" ") if sub.duedate else None}
     return out
+
+
+def students(target: str) -> list[str]:
+    """The ids of the students nbgrader's gradebook ``target`` lists (``nbgrader db student
+    import``, and everyone who handed in)."""
+    from nbgrader.api import Gradebook
+
+    with quiet_nbgrader(), Gradebook(db_url(target)) as gb:
+        return [s.id for s in gb.students]

@@ -18,7 +18,10 @@ and does what nbgrader does for a submission when it creates or deletes one: a n
 gets an empty grade in every submission (no score until the next grading, marked for a look),
 a removed cell's grades and comments go with it. An assignment the course no longer has is
 removed with its submissions (nbgrader's ``remove_assignment``); one the gradebook does not have
-yet is left to ``generate_assignment`` or the first ``grade-all --gradebook``.
+yet is left to ``generate_assignment`` or the first ``grade-all --gradebook``. An assignment
+the gradebook has without its notebook (added with a due date, never released: an ``nbgrader
+autograde`` run then records its submissions with nothing to grade in them) gets the notebook
+and its cells, and each such submission what ``add_submission`` would have given it.
 """
 from __future__ import annotations
 
@@ -39,7 +42,7 @@ COMPARED = {"grade": ("max_score", "cell_type"), "task": ("max_score",),
 class Change:
     """One difference between the gradebook and the course."""
     assignment: str
-    action: str  # remove-assignment, remove-notebook, remove, add, update
+    action: str  # remove-assignment, remove-notebook, add-notebook, remove, add, update
     kind: str = ""  # grade, solution, task, source ("" for an assignment or a notebook)
     name: str = ""  # the cell's (or notebook's) name
     detail: str = ""
@@ -51,6 +54,8 @@ class Change:
         in the maximum, or a new problem's cell has no grade to write in a submission."""
         if self.action in ("remove-assignment", "remove-notebook"):
             return True
+        if self.action == "add-notebook":
+            return self.submissions > 0
         return self.kind in ("grade", "task") and (
             self.action == "remove" or (self.action == "add" and self.submissions > 0))
 
@@ -60,6 +65,10 @@ class Change:
                     f"gradebook{self.detail}")
         if self.action == "remove-notebook":
             return f"{self.assignment}: remove notebook {self.name!r}{self.detail}"
+        if self.action == "add-notebook":
+            return (f"{self.assignment}: no release recorded (the gradebook has no notebook "
+                    f"{self.name!r} and no cells: `nbgrader generate_assignment` never ran for "
+                    f"it){self.detail}: add the notebook and its cells from source/")
         what = {"remove": "remove", "add": "add", "update": "update"}[self.action]
         return f"{self.assignment}: {what} {self.kind} cell {self.name}{self.detail}"
 
@@ -176,6 +185,8 @@ def plan(gb, course: Path, config=None) -> tuple[list[Change], dict]:
     """(the changes, the target cells per assignment) that bring the gradebook ``gb`` in line
     with the course folder ``course``. A notebook the gradebook records with grade cells only
     (written by ``grade-all --gradebook`` alone) is compared on its grade cells."""
+    from nbgrader.api import MissingEntry
+
     course_asgs = set(registry.assignments())
     recorded = {a.name: {nb.name: len(nb.submissions) for nb in a.notebooks}
                 for a in gb.assignments}
@@ -186,7 +197,18 @@ def plan(gb, course: Path, config=None) -> tuple[list[Change], dict]:
             continue
         try:
             notebook = gb.find_notebook(a.name, a.name)
-        except Exception:  # nbgrader's MissingEntry: the notebook is created when graded
+        except MissingEntry:  # the assignment was added (a due date) but never released
+            if not (Path(course) / "source" / a.name / f"{a.name}.ipynb").is_file():
+                continue
+            target = target_cells(a.name, gb, course, config)
+            _course_problems(a.name, target)
+            n = len(a.submissions)
+            detail = (f"; {n} submission(s) recorded without it (an `nbgrader autograde` run "
+                      "before the release?), which get its empty grades, until graded"
+                      if n else "")
+            changes.append(Change(a.name, "add-notebook", name=a.name, detail=detail,
+                                  submissions=n))
+            targets[a.name] = target
             continue
         target = target_cells(a.name, gb, course, config)
         _course_problems(a.name, target)
@@ -200,7 +222,7 @@ def plan(gb, course: Path, config=None) -> tuple[list[Change], dict]:
 
 def apply(gb, changes: list[Change], targets: dict) -> None:
     """Write ``changes`` (from :func:`plan`) into the gradebook ``gb``."""
-    from nbgrader.api import Comment, Grade
+    from nbgrader.api import Comment, Grade, SubmittedNotebook
 
     db = gb.db
     for ch in changes:
@@ -208,6 +230,8 @@ def apply(gb, changes: list[Change], targets: dict) -> None:
             gb.remove_assignment(ch.assignment)
         elif ch.action == "remove-notebook":
             gb.remove_notebook(ch.name, ch.assignment)
+        elif ch.action == "add-notebook":
+            gb.add_notebook(ch.name, ch.assignment)
     for asg, target in targets.items():
         notebook = gb.find_notebook(asg, asg)
         removed = {(c.kind, c.name) for c in changes
@@ -241,6 +265,23 @@ def apply(gb, changes: list[Change], targets: dict) -> None:
                     if kind in ("solution", "task"):
                         db.add(Comment(cell_id=cell.id, notebook=submitted))
         db.commit()
+        if any(c.assignment == asg and c.action == "add-notebook" for c in changes):
+            # a submission recorded before the notebook gets what nbgrader's add_submission
+            # gives one: its notebook, an empty grade per grade cell, a comment per solution
+            notebook = gb.find_notebook(asg, asg)
+            for sub in gb.find_assignment(asg).submissions:
+                if any(n.notebook_id == notebook.id for n in sub.notebooks):
+                    continue
+                nb = SubmittedNotebook(notebook=notebook, assignment=sub)
+                for cell in notebook.grade_cells:
+                    db.add(Grade(cell_id=cell.id, notebook=nb, needs_manual_grade=True))
+                for cell in notebook.solution_cells:
+                    db.add(Comment(cell_id=cell.id, notebook=nb))
+                for cell in notebook.task_cells:
+                    db.add(Comment(cell_id=cell.id, notebook=nb))
+                    db.add(Grade(cell_id=cell.id, notebook=nb, needs_manual_grade=True))
+                db.add(nb)
+            db.commit()
 
 
 def sync(target: str, course: Path, *, write: bool = False) -> list[Change]:

@@ -51,7 +51,8 @@ _MAX_NOTEBOOK = 32 << 20
 def configure(c) -> None:
     """Use :class:`GradeInSandbox` instead of nbgrader's Execute when autograding,
     :class:`MarkRegrades` right after nbgrader saves the scores, :class:`FailOnRegrade` last,
-    and :class:`OverwriteReleasedCells` for the OverwriteCells of nbgrader's sanitizing steps."""
+    :class:`OverwriteReleasedCells` for the OverwriteCells of nbgrader's sanitizing steps, and
+    :class:`~.export.CourseCsvExport` for ``nbgrader export``."""
     from nbgrader.converters.autograde import Autograde
     from nbgrader.preprocessors import SaveAutoGrades
 
@@ -69,6 +70,10 @@ def configure(c) -> None:
     c.Autograde.autograde_preprocessors = out + [FailOnRegrade]
     c.Autograde.sanitize_preprocessors = [OverwriteReleasedCells if s is OverwriteCells else s
                                           for s in sanitize]
+    # nbgrader export: a hand-in without a grade is left empty and flagged, never a plain 0.0
+    from .export import CourseCsvExport
+
+    c.ExportApp.plugin_class = CourseCsvExport
     # nbgrader's own update_or_create_submission (every hand-in it autogrades) makes SQLAlchemy
     # warn about nbgrader's code: noise with nothing for the instructor to do (gradebook.py)
     from .gradebook import ignore_nbgrader_autoflush
@@ -92,7 +97,27 @@ class OverwriteReleasedCells(OverwriteCells):
     then reads "Attribute 'checksum' ... has changed!", the warning meant for a student who
     edited a locked cell. Here a locked cell handed in exactly as released gets its source back
     first, so the warning stays for cells that really changed (which nbgrader then restores, as
-    always)."""
+    always).
+
+    First, the notebook's nbgrader cells are made the gradebook's (:func:`keep_recorded_cells`):
+    a hand-in of the release before a problem was removed keeps that problem's cells, which
+    nbgrader would half-strip here and then fail on (``MissingEntry`` in SaveAutoGrades, and
+    in ``generate_feedback`` after it)."""
+
+    def preprocess(self, nb, resources):
+        from nbgrader.api import Gradebook
+
+        from .gradebook import quiet_nbgrader
+
+        info = resources["nbgrader"]
+        with quiet_nbgrader(), Gradebook(info["db_url"]) as gb:
+            recorded = recorded_cells(gb, info["assignment"], info["notebook"])
+        if recorded is not None:
+            gone = keep_recorded_cells(nb, recorded)
+            if gone:
+                self.log.warning("cell(s) the gradebook does not record (a problem removed "
+                                 "from the course?), no longer graded: %s", ", ".join(gone))
+        return super().preprocess(nb, resources)
 
     def preprocess_cell(self, cell, resources, cell_index):
         grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
@@ -718,14 +743,62 @@ def _function_result(name: str, d: dict):
                           regrade=d.get("needs_regrade"))
 
 
-def autograded_notebook(submitted: Path, report: dict):
+def recorded_cells(gb, assignment: str, notebook: Optional[str] = None) -> Optional[dict]:
+    """The cells the gradebook ``gb`` records for ``notebook`` (default: the assignment's own)
+    of ``assignment``: kind (``grade``, ``solution``, ``task``) -> their names; None when it
+    records no such notebook."""
+    try:
+        nb = gb.find_notebook(notebook or assignment, assignment)
+    except MissingEntry:
+        return None
+    return {kind: {c.name for c in getattr(nb, f"{kind}_cells")}
+            for kind in ("grade", "solution", "task")}
+
+
+def keep_recorded_cells(nb, recorded: dict) -> list[str]:
+    """Make the nbgrader cells of ``nb`` the gradebook's (``recorded``, :func:`recorded_cells`):
+    a hidden test cell the gradebook does not grade (a problem removed mid-term, handed in with
+    the release before the change) is dropped; a solution or task cell it does not record loses
+    that role, and a cell left with no role loses its nbgrader metadata (the student's code
+    stays, as a plain cell). nbgrader's later steps (``generate_feedback``'s grades and
+    comments, ``autograde``'s SaveAutoGrades) look each graded cell up in the gradebook and
+    fail on one it does not have. Returns the cells' names dropped or demoted, for the log."""
+    out, keep = [], []
+    for cell in nb.cells:
+        meta = cell.get("metadata", {}).get("nbgrader")
+        name = (meta or {}).get("grade_id")
+        if not meta or name is None:
+            keep.append(cell)
+            continue
+        stale = [kind for kind in ("grade", "solution", "task")
+                 if meta.get(kind) and name not in recorded.get(kind, ())]
+        if not stale:
+            keep.append(cell)
+            continue
+        out.append(name)
+        if stale == ["grade"] and not meta.get("solution") and not meta.get("task"):
+            continue  # a hidden test cell of a problem no longer graded: nothing of the student's
+        for kind in stale:
+            meta[kind] = False
+        if not any(meta.get(k) for k in ("grade", "solution", "task")):
+            del cell.metadata["nbgrader"]
+        keep.append(cell)
+    nb.cells = keep
+    return out
+
+
+def autograded_notebook(submitted: Path, report: dict, recorded: Optional[dict] = None):
     """The handed-in notebook as ``nbgrader autograde`` leaves it, from a grade-all report:
     each hidden cell holds its function's report and points, the student's cells keep the
     outputs they were handed in with (they are not run again), and the whole report is in the
-    metadata. ``nbgrader generate_feedback`` turns it into the student's feedback."""
+    metadata. With ``recorded`` (the gradebook's cells, :func:`recorded_cells`) its nbgrader
+    cells are the gradebook's (:func:`keep_recorded_cells`). ``nbgrader generate_feedback``
+    turns it into the student's feedback."""
     nb = nbformat.read(submitted, as_version=4)
     strip_own_metadata(nb)
     restored = restore_hidden_cells(nb, report.get("assignment"))
+    if recorded is not None:
+        keep_recorded_cells(nb, recorded)
     functions = {n: _function_result(n, d) for n, d in (report.get("functions") or {}).items()}
     fill_hidden_cells(nb, functions, list(report.get("notes") or ()),
                       missing="not graded for this hand-in", restored=tuple(restored))
@@ -733,20 +806,61 @@ def autograded_notebook(submitted: Path, report: dict):
     return nb
 
 
-def write_autograded(course: Path, outcomes) -> list[Path]:
-    """``autograded/<student>/<assignment>/<notebook>`` in the nbgrader course folder
-    ``course`` for every graded notebook hand-in of ``outcomes`` (grade-all's), so that
-    ``nbgrader generate_feedback`` works after ``grade-all --gradebook`` as after ``nbgrader
-    autograde``. Returns the files written."""
+def write_autograded(course: Path, outcomes, db: Optional[str] = None) -> list[Path]:
+    """``autograded/<student>/<assignment>/`` in the nbgrader course folder ``course`` for every
+    graded notebook hand-in of ``outcomes`` (grade-all's), as ``nbgrader autograde`` leaves it,
+    so that nbgrader's later steps work after ``grade-all --gradebook`` as after autograde: the
+    folder written afresh, holding the hand-in folder's other files (its ``timestamp.txt`` and
+    the exchange's ``submission_secret.txt``, which ``release_feedback`` reads; nbgrader's
+    ``CourseDirectory.ignore`` patterns left out), then the instructor's own files of
+    ``source/<assignment>/`` over them (``Autograde.exclude_overwriting`` kept), and the
+    autograded notebook, whose nbgrader cells are those the gradebook ``db`` records
+    (:func:`keep_recorded_cells`). Returns the notebooks written."""
+    import shutil
+
+    from nbgrader.api import Gradebook
+    from nbgrader.coursedir import CourseDirectory
+
+    from .gradebook import course_config, db_url, quiet_nbgrader
+
+    config = course_config(Path(course))
+    ignore = list(CourseDirectory(config=config).ignore) + ["*.ipynb"]
+    exclude = dict(config.Autograde.get("exclude_overwriting", {}) or {})
+    recorded: dict = {}
     written = []
     for o in outcomes:
         rep, item = o.report, o.item
         if (not item.own_folder or item.path.suffix != ".ipynb" or rep.get("error")
                 or rep.get("refused") or not rep.get("assignment")):
             continue
-        dest = Path(course) / "autograded" / item.student / rep["assignment"] / item.path.name
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        nbformat.write(autograded_notebook(item.path, rep), dest)
-        written.append(dest)
+        asg = rep["assignment"]
+        if db is not None and asg not in recorded:
+            with quiet_nbgrader(), Gradebook(db_url(db)) as gb:
+                recorded[asg] = recorded_cells(gb, asg)
+        dest = Path(course) / "autograded" / item.student / asg
+        if dest.is_dir() and not dest.is_symlink():
+            shutil.rmtree(dest)  # as nbgrader replaces a hand-in's autograded folder
+        dest.mkdir(parents=True, exist_ok=True)
+        _copy_files(item.path.parent, dest, ignore)
+        _copy_files(Path(course) / "source" / asg, dest, ignore,
+                    skip={str(Path(course) / "source" / asg / x) for x in exclude.get(asg, [])})
+        path = dest / item.path.name
+        nbformat.write(autograded_notebook(item.path, rep, recorded.get(asg)), path)
+        written.append(path)
     return written
 
+
+def _copy_files(src: Path, dest: Path, ignore: list, skip=frozenset()) -> None:
+    """The files under ``src`` that nbgrader's converters copy (its own ``find_all_files``
+    with the ``ignore`` patterns) into ``dest``, as regular files; links are not followed."""
+    import os
+    import shutil
+
+    if not src.is_dir():
+        return
+    for name in utils.find_all_files(str(src), ignore):
+        if name in skip or os.path.islink(name) or not os.path.isfile(name):
+            continue
+        to = dest / os.path.relpath(name, src)
+        to.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(name, to)

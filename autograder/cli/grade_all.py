@@ -47,9 +47,14 @@ def add_parser(sub) -> None:
     g.add_argument("--roster", metavar="CSV",
                    help="a flat folder exported by an LMS: the LMS's roster (a CSV with a "
                    "header, one column of LMS ids like id or user_id, one of names like "
-                   "student or name); each file then belongs to the student whose id the LMS "
-                   "wrote in its name (Canvas: name_12345_67890_file.ipynb), not to the name "
-                   "text a student chose; files it cannot place are refused alone")
+                   "student or name; or nbgrader's student CSV, id and lms_user_id); each file then belongs to the student whose id the LMS "
+                   "wrote in its name, read where the LMS's layout puts it (Canvas: "
+                   "name_12345_67890_file.ipynb; Moodle: Full Name_1234_assignsubmission_file_"
+                   "file.ipynb), not from the name text a student chose; files it cannot place "
+                   "are refused alone")
+    g.add_argument("--lms", choices=("canvas", "moodle"),
+                   help="with --roster: the LMS whose file-name layout the folder has (default: "
+                   "the one every file name fits)")
     g.add_argument("--gradebook", metavar="DB",
                    help="also write the grades into nbgrader's gradebook (an SQLAlchemy URL "
                    "such as sqlite:///gradebook.db, or an sqlite file), per graded cell, for "
@@ -96,9 +101,12 @@ def _cmd(a) -> int:
                   file=sys.stderr)
             return 2
         try:
-            roster = read(Path(a.roster))
+            roster = dataclasses.replace(read(Path(a.roster)), lms=a.lms)
         except RosterError as e:
             return refuse(e)
+    elif a.lms:
+        print("--lms goes with --roster", file=sys.stderr)
+        return 2
     opts = Options(quick=a.quick, seed=a.seed, with_speed=not a.no_speed, limits=limits_of(a),
                    isolation=not a.no_isolation)
     if a.cache_dir:
@@ -147,7 +155,7 @@ def _cmd(a) -> int:
         return 2
     if a.gradebook:
         from ..classroom.batch import write_all
-        from ..classroom.gradebook import course_config, lateness, publish
+        from ..classroom.gradebook import course_config, lateness, publish, students
         from ..classroom.seed import course_root
 
         course = course_root(root)
@@ -160,7 +168,9 @@ def _cmd(a) -> int:
             o.report.update(late.get((str(o.report.get("student")),
                                       o.report.get("assignment")), {}))
         write_all(outcomes, Path(a.out),
-                  Path(a.reports) if a.reports else Path(a.out).parent / "reports")
+                  Path(a.reports) if a.reports else Path(a.out).parent / "reports",
+                  students=set(students(a.gradebook))
+                  | set(roster.students.values() if roster is not None else ()))
         n_late = sum(1 for v in late.values() if v["seconds_late"] > 0)
         if n_late:
             print(f"{n_late} hand-in(s) late (the CSV's seconds_late and late_penalty, as "
@@ -168,7 +178,7 @@ def _cmd(a) -> int:
         if course is not None:  # nbgrader generate_feedback reads autograded notebooks
             from ..classroom.nbgrader_plugin import write_autograded
 
-            files = write_autograded(course, outcomes)
+            files = write_autograded(course, outcomes, a.gradebook)
             print(f"{len(files)} autograded notebook(s) written under {course / 'autograded'} "
                   "(nbgrader generate_feedback ASSIGNMENT makes the feedback)", file=sys.stderr)
     refused = [o for o in outcomes if o.report.get("refused")]
@@ -179,6 +189,12 @@ def _cmd(a) -> int:
           f"{class_report_path(Path(a.out))}"
           + (f"; on the INSECURE scheduler {a.scheduler} (no TLS, no authentication)"
              if a.scheduler and a.insecure_scheduler else ""), file=sys.stderr)
+    if outcomes and not graded:
+        print("nothing was graded: every hand-in is unchanged since its last grading (its "
+              "report reused"
+              + (", on this machine; no task went to the cluster" if a.scheduler else "")
+              + "); --force grades every hand-in again, --student NAME one student's",
+              file=sys.stderr)
     for o in refused:  # the hand-in's own: a person fixes it, the grader cannot
         print(f"refused: {o.item.key}: {o.report['refused']}", file=sys.stderr)
     if refused:

@@ -2,6 +2,7 @@
 
     python -m autograder grade SUBMISSION [--assignment ID] [--json]
     python -m autograder grade-all DIR [--workers N] [--out class_grades.csv] [--force]
+    python -m autograder collect-lms DOWNLOAD --assignment ID --roster CSV [--lms canvas|moodle]
     python -m autograder list
     python -m autograder profile SUBMISSION FUNCTION [--chip v5e] [--mesh 2x4] [--json]
     python -m autograder doctor
@@ -120,6 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .grade_all import add_parser as _add_batch_parser
 
     _add_batch_parser(sub)
+    from .collect_lms import add_parser as _add_collect_lms
+
+    _add_collect_lms(sub)
     from .cluster_certs import add_parser as _add_cluster_certs
 
     _add_cluster_certs(sub)
