@@ -440,6 +440,11 @@ class Programs:
         #: how the speed case is compiled ahead: "model" (the executable and the partitioned
         #: module, :meth:`speed_program`), "plain", or None (not ahead: no speed check)
         self.speed_ahead: Optional[str] = None
+        #: why this function's verdict may not be kept for another hand-in, or None: an
+        #: artifact failed to lower or compile in the judge (:meth:`_lowered`), a failure of
+        #: what the judge does with the artifact as much as of the program's text
+        #: (:mod:`autograder.judge.reuse`)
+        self.unsettled: Optional[str] = None
 
     # -- artifacts -------------------------------------------------------------------------
     def artifact(self, layout, case: Case) -> Artifact:
@@ -492,14 +497,25 @@ class Programs:
         for the numerics, or ``"memory"``; the HLO and its text are the same)."""
         return self._compiled_for(self.plan.request(layout, case), args, fast=fast)
 
+    @contextlib.contextmanager
+    def _lowered(self, req: ExportRequest):
+        """Around lowering and compiling ``req``'s artifact: a failure there marks this
+        function's verdict :attr:`unsettled`, and is raised on."""
+        try:
+            yield
+        except Exception as e:
+            self.unsettled = f"an artifact failed to lower or compile ({type(e).__name__})"
+            raise
+
     def _compiled_for(self, req: ExportRequest, args, *, fast):
         def make():
             art = self._artifact(req)
-            lowered = devices.lower(art.call, *_dynamic(self.plan.problem, args))
-            if not fast:
-                return lowered.compile()
-            return lowered.compile(on_cpu(MEMORY_CPU_COMPILE if fast == "memory"
-                                          else FAST_CPU_COMPILE))
+            with self._lowered(req):
+                lowered = devices.lower(art.call, *_dynamic(self.plan.problem, args))
+                if not fast:
+                    return lowered.compile()
+                return lowered.compile(on_cpu(MEMORY_CPU_COMPILE if fast == "memory"
+                                              else FAST_CPU_COMPILE))
 
         return self._once((req.id, fast), make)
 
@@ -514,8 +530,9 @@ class Programs:
             from ..tpumodel.api import compile_partitioned
 
             art = self._artifact(req)
-            lowered = devices.lower(art.call, *_dynamic(self.plan.problem, args))
-            return compile_partitioned(lowered, model_options())
+            with self._lowered(req):
+                lowered = devices.lower(art.call, *_dynamic(self.plan.problem, args))
+                return compile_partitioned(lowered, model_options())
 
         return self._once((req.id, "speed"), make)
 
@@ -894,8 +911,10 @@ def grade_function(problem: Problem, source, *, seed: int | None = None, quick: 
                 res.checks = []
         programs.start_big()
         _grade(programs, res, with_speed=with_speed, modeler=modeler, timed=timed)
-    # A verdict that hit a time limit may owe it to a busy machine: never handed on.
-    if key and not any("timed out" in c.message for c in res.checks):
+    # A verdict that hit a time limit may owe it to a busy machine, one that an artifact's
+    # failure to lower or compile here decided to the judge's handling of it: never handed on.
+    if (key and programs.unsettled is None
+            and not any("timed out" in c.message for c in res.checks)):
         store.put(key[0], [c.to_dict() for c in res.checks], key[1])
     return res
 
