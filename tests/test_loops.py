@@ -187,7 +187,7 @@ def _ratio(check) -> float:
 def test_all_to_all_speed_is_modeled_with_counted_rounds(path, name):
     speed = _speed(path, name)
     assert speed.passed and "modeled on TPU" in speed.message, speed.message
-    assert "most iterations one entry of it ran on the grading input" in speed.message, \
+    assert "most iterations one entry of it ran on these inputs" in speed.message, \
         speed.message
 
 

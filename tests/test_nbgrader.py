@@ -558,3 +558,29 @@ def test_the_summary_lists_a_py_nbgrader_did_not_grade(tmp_path):
     assert "not graded: dan/ps1_sharding: holds ps1_sharding.py, not the notebook " \
            "ps1_sharding.ipynb" in text, text
     assert "exit 1" not in text
+
+
+def test_a_duplicated_grade_cell_is_named():
+    """A hand-in with two cells named grade_roll_diff: nbgrader's own steps call it "an old
+    version of the nbgrader metadata format" and stop the run; the course's says which cell,
+    and fails that hand-in alone. A notebook without duplicates passes through."""
+    import nbformat
+    from traitlets.config import Config
+
+    from autograder.classroom.nbgrader_plugin import DuplicateCells, NamedDuplicates, configure
+
+    def graded(gid):
+        cell = nbformat.v4.new_code_cell("pass")
+        cell.metadata["nbgrader"] = {"grade": True, "grade_id": gid, "locked": True,
+                                     "points": 4.0, "schema_version": 3, "solution": False}
+        return cell
+
+    nb = nbformat.v4.new_notebook(cells=[graded("grade_roll_diff"), graded("grade_other")])
+    assert NamedDuplicates().preprocess(nb, {})[0] is nb
+    nb.cells.append(graded("grade_roll_diff"))
+    with pytest.raises(DuplicateCells, match="this hand-in's notebook has two cells named "
+                                             "grade_roll_diff"):
+        NamedDuplicates().preprocess(nb, {})
+    c = Config()
+    configure(c)
+    assert NamedDuplicates in c.Autograde.sanitize_preprocessors

@@ -286,3 +286,130 @@ def test_the_grader_hash_covers_every_part_of_the_grader():
                  "tpumodel/cost.py", "supervisor/supervise.py", "worker/exporting.py"):
         assert part in names, part
     assert not any(n.startswith("tests/") for n in names)
+
+
+def _artifacts(src: str, seed: int = 7):
+    """The loaded artifacts of ``src``'s roll_diff for a quick plan, with their requests."""
+    prob = registry.get("roll_diff")
+    plan = grading.plan_for(prob, seed=seed, quick=True, with_speed=False)
+    reqs = plan.all_requests()
+    replies = LocalExporter.of("roll_diff", _functions(src)["roll_diff"]).export(reqs, 60)
+    return plan, [(r, load_artifact(replies[r.id], r)) for r in reqs]
+
+
+class _Changed:
+    """A value no artifact has: stands in for a field this test has no realistic change of
+    (one a later JAX adds)."""
+
+    def __repr__(self):
+        return "<changed>"
+
+
+def test_every_field_of_an_artifact_is_in_its_key():
+    """The key is read off the artifact as loaded, field by field (reuse.NOT_KEYED names the
+    fields left out and why): changing any other field, or the module, or the request, changes
+    the key; the student's function name does not."""
+    import dataclasses
+
+    from jax.export import DisabledSafetyCheck
+    from jax.sharding import PartitionSpec as P
+    from jax.tree_util import tree_structure
+
+    from autograder.judge.artifacts import Artifact
+    from autograder.judge.reuse import NOT_KEYED
+
+    plan, arts = _artifacts(ROLL_A)
+    req, art = arts[0]
+    exp = art.exported
+    other = _artifacts(ROLL_B)[1][0][1]
+    sharded = next(s for s in exp._in_named_shardings if s is not None)
+    realistic = {
+        "platforms": ("cpu", "cuda"),
+        "calling_convention_version": exp.calling_convention_version - 1,
+        "in_shardings_hlo": (None,) * len(exp.in_shardings_hlo),
+        "out_shardings_hlo": exp.in_shardings_hlo,
+        "_in_named_shardings": (sharded.update(spec=P("Y", "X")),),
+        "_out_named_shardings": (sharded,),
+        "_has_named_shardings": not exp._has_named_shardings,
+        "module_kept_var_idx": (),
+        "in_avals": tuple(a.update(shape=(a.shape[0] * 2, *a.shape[1:])) for a in exp.in_avals),
+        "out_avals": tuple(a.update(shape=(a.shape[0] * 2, *a.shape[1:]))
+                           for a in exp.out_avals),
+        "in_tree": tree_structure(((0, 0), {})),
+        "out_tree": tree_structure((0,)),
+        "nr_devices": exp.nr_devices // 2,
+        "uses_global_constants": not exp.uses_global_constants,
+        "disabled_safety_checks": (DisabledSafetyCheck.platform(),),
+    }
+    base = artifact_digest(art)
+    changed = []
+    for f in dataclasses.fields(exp):
+        if f.name in NOT_KEYED:
+            continue
+        new = dataclasses.replace(exp, **{f.name: realistic.get(f.name, _Changed())})
+        assert artifact_digest(Artifact(new, art.text)) != base, f.name
+        changed.append(f.name)
+    assert {"platforms", "calling_convention_version", "module_kept_var_idx",
+            "in_avals"} <= set(changed), changed
+    # the module, as load_artifact reads it: another program
+    assert artifact_digest(Artifact(exp, other.text)) != base
+    # left out by design: the student's function's name
+    renamed = dataclasses.replace(exp, fun_name="my_own_roll")
+    assert artifact_digest(Artifact(renamed, art.text)) == base
+    # and the request each artifact answers
+    digests = [(r, artifact_digest(a)) for r, a in arts]
+    moved = [(dataclasses.replace(r, platform="cuda"), d) for r, d in digests]
+    assert function_key(plan, moved, {"speed": False}) != function_key(plan, digests,
+                                                                       {"speed": False})
+
+
+class _Tampered:
+    """The worker's replies with each artifact's ``Exported`` changed by ``change`` after
+    tracing (as a patch at trace time in the sandbox could): the program text stays the
+    classmate's."""
+
+    def __init__(self, fn, **change):
+        self.inner, self.change = LocalExporter.of("roll_diff", fn), change
+
+    def export(self, requests, timeout=None, on_reply=None):
+        import dataclasses
+
+        import jax
+
+        from autograder.core.records import ExportReply
+
+        out = {}
+        for rid, rep in self.inner.export(requests, timeout).items():
+            exp = jax.export.deserialize(bytearray(rep.payload()))
+            out[rid] = ExportReply.of(rid, dataclasses.replace(exp, **self.change).serialize())
+            if on_reply is not None:
+                on_reply(out[rid])
+        return out
+
+
+def test_a_classmates_grade_is_not_taken_through_a_failed_lowering(tmp_path):
+    """The poisoning sequence: eve hands in alice's exact program text with its artifacts
+    marked for another platform too (refused when loaded), or with their kept arguments
+    emptied (loads, then fails to lower in the judge); neither verdict is kept, and alice,
+    graded after her, gets her own full marks."""
+    from autograder.core.results import FunctionResult
+    from autograder.judge.grading import grade_function
+
+    problem = registry.get("roll_diff")
+    alice = _functions(ROLL_A)["roll_diff"]
+    store = VerdictStore(tmp_path)
+
+    def graded(source) -> FunctionResult:
+        plan = grading.plan_for(problem, seed=3, quick=True, with_speed=False)
+        return grade_function(problem, source, plan=plan, with_speed=False, store=store)
+
+    refused = graded(_Tampered(alice, platforms=("cpu", "cuda")))
+    assert not refused.checks[0].passed and "lowered for ('cpu', 'cuda')" in \
+        refused.checks[0].message, refused.checks[0].message
+    unlowered = graded(_Tampered(alice, module_kept_var_idx=()))
+    assert not unlowered.checks[0].passed, unlowered.checks[0].message
+    assert not unlowered.reused and not list(tmp_path.rglob("*.json"))  # nothing kept
+    mine = graded(LocalExporter.of("roll_diff", alice))
+    assert not mine.reused and mine.score == mine.max_score, mine.report()
+    again = graded(LocalExporter.of("roll_diff", alice))  # the store works here: a control
+    assert again.reused and again.score == again.max_score

@@ -116,18 +116,28 @@ def test_copies_that_disagree_on_a_secret_case_name_no_device_or_value():
 
 def test_the_speed_message_quotes_no_loop_count_of_the_secret_case():
     """Trip counts are counted on the speed case, whose values are secret: a loop that runs
-    as often as an input says would read that input back."""
+    as often as an input says would read that input back through the counts, the modeled time
+    or the ratio. The message says pass or fail there, and quotes figures from the same program
+    on public inputs of the same shapes, or none."""
     from autograder.course import checks
 
     modeled = {"chip": "v5e", "student_us": 10.0, "baseline_us": 9.0, "ratio": 1.11,
                "trips": [7771, 4242], "threshold": 1.5}
-    msg = checks.speed(registry.get("moe_all_to_all"),
-                       checks.Timing(0, 0, float("nan"), 0, "cpu", modeled)).message
-    assert "most iterations one entry of it ran" in msg and "2 loops" in msg, msg
-    assert "7771" not in msg and "4242" not in msg, msg
-    # the modeled time follows the counts: not quoted, the ratio only to one decimal
-    assert "ratio 1.1)" in msg and "9.0 us" in msg, msg
-    assert "10.0" not in msg and "1.11" not in msg, msg
+    secret = checks.Timing(0, 0, float("nan"), 0, "cpu", modeled, counted=True)
+    msg = checks.speed(registry.get("moe_all_to_all"), secret).message
+    assert checks.speed(registry.get("moe_all_to_all"), secret).passed
+    assert "not quoted" in msg and "within 1.5 on the speed case" in msg, msg
+    for figure in ("7771", "4242", "10.0", "9.0", "1.11", "1.1"):
+        assert figure not in msg, (figure, msg)
+    public = checks.Timing(0, 0, float("nan"), 0, "cpu",
+                           {"chip": "v5e", "student_us": 12.0, "baseline_us": 9.0,
+                            "ratio": 1.3333, "trips": [3, 2], "threshold": 1.5})
+    msg = checks.speed(registry.get("moe_all_to_all"), secret, public=public).message
+    assert "on public inputs of the same shapes" in msg, msg
+    assert "yours 12.0 us vs jit baseline 9.0 us (ratio 1.33)" in msg, msg
+    assert "most iterations one entry of it ran on these inputs (2 loops" in msg, msg
+    for figure in ("7771", "4242", "10.0", "1.11"):
+        assert figure not in msg, (figure, msg)
 
 
 def test_a_modeled_speed_without_counted_loops_keeps_its_figures():
@@ -139,16 +149,32 @@ def test_a_modeled_speed_without_counted_loops_keeps_its_figures():
                        checks.Timing(0, 0, float("nan"), 0, "cpu", modeled)).message
     assert "yours 10.0 us vs jit baseline 9.0 us (ratio 1.11)" in msg and "yours is 1.11" in msg, msg
     assert "slowest (device 3)" in msg, msg
-    counted = checks.speed(registry.get("moe_all_to_all"), checks.Timing(
-        0, 0, float("nan"), 0, "cpu", {**modeled, "trips": [3]})).message
-    assert "device 3" not in counted and "1.11" not in counted, counted
-    assert "yours is 1.1 (" in counted, counted
-    # branches priced as the secret case's run took them: the time follows them too
-    branched = checks.speed(registry.get("moe_all_to_all"), checks.Timing(
-        0, 0, float("nan"), 0, "cpu", {**modeled, "branches": 2})).message
-    assert "10.0" not in branched and "1.11" not in branched, branched
-    assert "2 conditionals modeled at the branch each device ran" in branched, branched
+    # counts the secret case's run took decide the time (the model's trips and branches say
+    # so, whatever the judge's flag): nothing of it is quoted
+    for extra in ({"trips": [3]}, {"branches": 2}):
+        counted = checks.speed(registry.get("moe_all_to_all"), checks.Timing(
+            0, 0, float("nan"), 0, "cpu", {**modeled, **extra})).message
+        assert "device 3" not in counted and "1.1" not in counted, counted
+        assert "10.0" not in counted and "on the speed case yours is above it" in counted, counted
 
+
+def test_a_ratio_near_the_limit_has_the_digits_to_tell_them_apart():
+    """A failing 0.7514 against a limit of 0.75 never reads "yours is 0.75"."""
+    from autograder.course import checks
+
+    modeled = {"chip": "v5e", "student_us": 7.514, "baseline_us": 10.0, "ratio": 0.7514,
+               "threshold": 0.75}
+    res = checks.speed(registry.get("matmul_allgather"),
+                       checks.Timing(0, 0, float("nan"), 0, "cpu", modeled))
+    assert not res.passed and "at most 0.75 is needed, yours is 0.751 (" in res.message, \
+        res.message
+    assert "(ratio 0.751)" in res.message, res.message
+    assert checks.ratio_text(0.75, 0.75) == "0.75" and checks.ratio_text(1.2, 0.75) == "1.20"
+    assert checks.ratio_text(0.7500004, 0.75) == "0.7500004"
+    ok = checks.speed(registry.get("matmul_allgather"), checks.Timing(
+        0, 0, float("nan"), 0, "cpu", {**modeled, "ratio": 0.7496}))
+    assert ok.passed and "(ratio 0.75)" in ok.message and "within 0.75" in ok.message, \
+        ok.message
 
 
 def counted_gather(A, B, W, mesh):
@@ -260,3 +286,30 @@ def test_a_structure_pass_counts_no_dot_the_secret_data_decided():
     assert "enough partial matmuls" in one.message, one.message
     # the ring's own ppermutes run a count the program fixes: their bytes are still quoted
     assert re.search(r"on mesh 2x4: \d+ B sent per device \(budget", one.message), one.message
+
+
+def counted_roll(A, shift, mesh):
+    """roll_diff, and beside it a while_loop of small matmuls run as often as the device's first
+    value of A says: the speed case's modeled time follows a secret input, and a message that
+    quoted it (or its ratio) would read that input back."""
+    def body(block):
+        trips = (jnp.abs(block[0, 0]) * 1000).astype(jnp.int32) % 13
+        _, s = jax.lax.while_loop(lambda c: c[0] < trips,
+                                  lambda c: (c[0] + 1, c[1] + block @ block.T),
+                                  (jnp.int32(0), 0.0 * (block @ block.T)))
+        return jnp.roll(block, shift, axis=0) - block + 0.0 * jnp.sum(s)
+
+    return jax.shard_map(body, mesh=mesh, in_specs=P("X", "Y"), out_specs=P("X", "Y"))(A)
+
+
+def test_a_speed_message_is_the_same_under_any_secret_seed():
+    """The speed case is drawn from the secret seed: the message of a program whose loop count
+    follows its values says pass or fail there, and quotes figures only from public inputs of
+    the same shapes (the same in every grading run)."""
+    problem = registry.get("roll_diff")
+    one, two = (check_of(local.grade_function(problem, counted_roll, seed=s, quick=True),
+                         "speed") for s in (1, 2))
+    assert one.message == two.message, (one.message, two.message)
+    assert "not quoted" in one.message and "on public inputs of the same shapes" in one.message
+    assert re.search(r"modeled on TPU \w+: yours [\d.]+ us vs jit baseline [\d.]+ us "
+                     r"\(ratio [\d.]+\)", one.message), one.message

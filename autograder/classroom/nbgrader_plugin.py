@@ -40,7 +40,13 @@ from typing import Optional
 import nbformat
 from nbgrader import utils
 from nbgrader.api import MissingEntry
-from nbgrader.preprocessors import ClearHiddenTests, Execute, NbGraderPreprocessor, OverwriteCells
+from nbgrader.preprocessors import (
+    ClearHiddenTests,
+    DeduplicateIds,
+    Execute,
+    NbGraderPreprocessor,
+    OverwriteCells,
+)
 from traitlets import Bool, Float, Integer
 
 #: a hidden test cell is ``grade_<function>``, as tools/build_notebooks.py names it
@@ -51,8 +57,9 @@ _MAX_NOTEBOOK = 32 << 20
 def configure(c) -> None:
     """Use :class:`GradeInSandbox` instead of nbgrader's Execute when autograding,
     :class:`MarkRegrades` right after nbgrader saves the scores, :class:`FailOnRegrade` last,
-    :class:`OverwriteReleasedCells` for the OverwriteCells of nbgrader's sanitizing steps, and
-    :class:`~.export.CourseCsvExport` for ``nbgrader export``."""
+    :class:`OverwriteReleasedCells` and :class:`NamedDuplicates` for the OverwriteCells and
+    DeduplicateIds of nbgrader's sanitizing steps, and :class:`~.export.CourseCsvExport` for
+    ``nbgrader export``."""
     from nbgrader.converters.autograde import Autograde
     from nbgrader.preprocessors import SaveAutoGrades
 
@@ -68,8 +75,8 @@ def configure(c) -> None:
         if s is SaveAutoGrades:
             out.append(MarkRegrades)
     c.Autograde.autograde_preprocessors = out + [FailOnRegrade]
-    c.Autograde.sanitize_preprocessors = [OverwriteReleasedCells if s is OverwriteCells else s
-                                          for s in sanitize]
+    mine = {OverwriteCells: OverwriteReleasedCells, DeduplicateIds: NamedDuplicates}
+    c.Autograde.sanitize_preprocessors = [mine.get(s, s) for s in sanitize]
     # nbgrader export: a hand-in without a grade is left empty and flagged, never a plain 0.0
     from .export import CourseCsvExport
 
@@ -158,6 +165,37 @@ def strip_own_metadata(nb) -> list[str]:
             del meta[k]
             dropped.append(f"{where}: {k}")
     return dropped
+
+
+class DuplicateCells(ValueError):
+    """A hand-in whose notebook has two cells of one nbgrader name."""
+
+
+class NamedDuplicates(DeduplicateIds):
+    """nbgrader's DeduplicateIds, saying what is wrong.
+
+    nbgrader empties the metadata of every cell but the last of one name, and its metadata
+    check then reads the emptied cell as "an old version of the nbgrader metadata format" and
+    stops the whole run. Here the hand-in fails alone (nbgrader goes on with the others), and
+    the log names the cell: "this hand-in's notebook has two cells named grade_roll_diff"."""
+
+    def preprocess(self, nb, resources):
+        seen: dict[str, int] = {}
+        for cell in nb.cells:
+            if utils.is_grade(cell) or utils.is_solution(cell) or utils.is_locked(cell):
+                gid = cell.metadata["nbgrader"].get("grade_id")
+                seen[gid] = seen.get(gid, 0) + 1
+        twice = {gid: n for gid, n in seen.items() if n > 1}
+        if twice:
+            count = {2: "two", 3: "three"}
+            names = "; ".join(f"{count.get(n, n)} cells named {gid}"
+                              for gid, n in twice.items())
+            msg = (f"this hand-in's notebook has {names}: keep the one the assignment released "
+                   "(delete the other copy from the hand-in's notebook) and autograde this "
+                   "student again")
+            self.log.error(msg)
+            raise DuplicateCells(msg)
+        return super().preprocess(nb, resources)
 
 
 def restore_hidden_cells(nb, assignment: str | None) -> list[str]:

@@ -76,6 +76,9 @@ class Timing:
     rounds: int  # 0: not measured (the modeled ratio decides)
     platform: str
     modeled: dict = field(default_factory=dict)  # e.g. modeled TPU figures, when available
+    #: the figures follow the case's values (loop or branch counts decided them, or a timed
+    #: program has loops or branches): on the secret speed case, never quoted (:func:`speed`)
+    counted: bool = False
 
 
 def first_wrong(problem: Problem, attempts: list[Attempt]) -> Optional[Attempt]:
@@ -234,35 +237,39 @@ def refused_speed(refusal: str, *, modeled: bool) -> CheckResult:
                   "check")
 
 
-def speed(problem: Problem, t: Timing) -> CheckResult:
-    limit = None
+def ratio_text(ratio: float, limit: float) -> str:
+    """``ratio`` to two decimals, or as many more as it takes to tell it from ``limit`` (a
+    failing 0.7514 against 0.75 reads 0.751, never 0.75)."""
+    for n in range(2, 18):
+        text = f"{ratio:.{n}f}"
+        if (float(text) > limit) == (ratio > limit):
+            return text
+    return repr(ratio)
+
+
+def _figures(t: Timing, limit: Optional[float]) -> str:
+    """The figures of one speed measurement: wall-clock (where timed) and the model's."""
+    digits = (lambda r: ratio_text(r, limit)) if limit is not None else (lambda r: f"{r:.2f}")
     if t.rounds:
         figures = (f"yours {t.student_us:.0f} us vs jit baseline {t.baseline_us:.0f} us (ratio "
-                   f"{t.ratio:.2f}, median of {t.rounds} interleaved rounds on {t.platform})")
+                   f"{digits(t.ratio)}, median of {t.rounds} interleaved rounds on "
+                   f"{t.platform})")
     else:  # the model decides: wall-clock on emulated devices would say nothing more
         figures = f"wall-clock on {t.platform} not measured (the TPU model decides here)"
-    # loops counted on the speed case (whose values are secret) decide the modeled time: a
-    # program could make it encode an input value, so the time is not quoted then, nor the
-    # slowest device, and the ratio only to one decimal
-    counted = bool(t.modeled and (t.modeled.get("trips") or t.modeled.get("branches")))
     if t.modeled:
         m = t.modeled
         figures += (f"; modeled on TPU {m.get('chip', '?')}: yours {m['student_us']:.1f} us vs "
-                    f"jit baseline {m['baseline_us']:.1f} us (ratio {m['ratio']:.2f})"
-                    if not counted else
-                    f"; modeled on TPU {m.get('chip', '?')}: the jit baseline "
-                    f"{m['baseline_us']:.1f} us (ratio {m['ratio']:.1f}), your time and the ratio's further digits "
-                    f"not quoted, as they follow the secret case's loop and branch counts")
-        if m.get("trips"):  # counted on the speed case, whose values are secret: not quoted
+                    f"jit baseline {m['baseline_us']:.1f} us (ratio "
+                    f"{digits(m['ratio']) if not t.rounds else format(m['ratio'], '.2f')})")
+        if m.get("trips"):
             n = len(m["trips"])
             figures += (f", each loop modeled at the most iterations one entry of it ran on "
-                        f"the grading input ({n} loop{'s' * (n != 1)}; the counts come from "
-                        "the secret case and are not quoted: the notebook's tpu_profile counts "
-                        "them on public inputs)")
+                        f"these inputs ({n} loop{'s' * (n != 1)}; the notebook's tpu_profile "
+                        "shows the counts)")
         if m.get("branches"):
             n = m["branches"]
             figures += (f", {n} conditional{'s' * (n != 1)} modeled at the branch each device "
-                        "ran on the grading input (a run decides, not the model's reading)")
+                        "ran on these inputs (a run decides, not the model's reading)")
         bounds = (m.get("student") or {}).get("bounds")
         if bounds:
             figures += (f"; an upper bound, since the model cannot know which way the program "
@@ -273,9 +280,24 @@ def speed(problem: Problem, t: Timing) -> CheckResult:
             figures += f"; {m['precision_clause']}"
         devices = (m.get("student") or {}).get("devices")
         if devices:
-            slowest = "" if counted else f" (device {m['student'].get('device')})"
             figures += (f"; its control flow depends on the device, so all {devices} devices "
-                        f"were modeled and the slowest{slowest} timed")
+                        f"were modeled and the slowest (device {m['student'].get('device')}) "
+                        "timed")
+    return figures
+
+
+#: what a speed message says of the secret speed case whose figures follow its values
+_SECRET_FIGURES = ("the speed case's values come from the run's secret seed, and your "
+                   "program's loop or branch counts follow them, so its figures there are not "
+                   "quoted")
+
+
+def speed(problem: Problem, t: Timing, public: Optional[Timing] = None) -> CheckResult:
+    """The speed verdict of ``t`` (the speed case's figures) against the problem's limit.
+    Where ``t.counted`` (its figures follow the secret case's values: a loop or branch count,
+    or a timed program with control flow), the message says pass or fail only, and quotes
+    figures from ``public``: the same program on public inputs of the same shapes (None: no
+    figure is quoted), as :func:`numerics` quotes values."""
     if t.rounds:  # timed (real accelerators): wall-clock decides, the model's figure beside it
         ratio, basis = t.ratio, f"wall-clock ratio on {t.platform}"
         limit = problem.threshold(t.platform)
@@ -286,15 +308,28 @@ def speed(problem: Problem, t: Timing) -> CheckResult:
         m = t.modeled
         ratio, limit = m["ratio"], m.get("threshold", problem.threshold("tpu_model"))
         basis = "modeled TPU ratio"
+    counted = t.counted or bool(t.modeled and (t.modeled.get("trips")
+                                                or t.modeled.get("branches")))
+    if not counted:
+        figures = _figures(t, limit)
+    elif public is not None:
+        figures = (f"{_SECRET_FIGURES}; on public inputs of the same shapes (the same in "
+                   f"every grading run): {_figures(public, limit)}")
+    else:
+        figures = (f"{_SECRET_FIGURES}, nor any from public inputs (they could not be run); "
+                   "the notebook's tpu_profile models it on public inputs")
     if ratio <= limit:
-        return passed("speed", f"{figures}; {basis} within {limit:g}")
+        return passed("speed", f"{figures}; {basis} within {limit:g}"
+                      + (" on the speed case" if counted else ""))
     if problem.uses_mesh:
         how = ("compare the collectives each one runs and what each computation waits for "
                "(the notebook's tpu_profile shows both)")
     else:
         how = "compare the two compiled programs (jax.jit(f).lower(*args).compile().as_text())"
-    yours = (f"{ratio:.2f}" if not counted else f"{ratio:.1f}" if round(ratio, 1) > limit
-             else f"just above {limit:g}")
+    if counted:
+        return failed("speed", f"make it faster: a {basis} of at most {limit:g} is needed, and "
+                      f"on the speed case yours is above it ({figures}). Time it against "
+                      f"jax.jit of the plain code and {how}.")
     return failed("speed", f"make it faster: a {basis} of at most {limit:g} is needed, yours is "
-                  f"{yours} ({figures}). Time it against jax.jit of the plain code and "
-                  f"{how}.")
+                  f"{ratio_text(ratio, limit)} ({figures}). Time it against jax.jit of the plain "
+                  f"code and {how}.")

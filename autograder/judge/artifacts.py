@@ -74,9 +74,9 @@ def load_artifact(reply: Optional[ExportReply], request: ExportRequest) -> Artif
     devices = 1 if request.layout is None else request.layout[0] * request.layout[1]
     if exp.nr_devices != devices:
         raise ArtifactError(f"the program runs on {exp.nr_devices} devices, expected {devices}")
-    if request.platform not in exp.platforms:
-        raise ArtifactError(f"the program was lowered for {exp.platforms}, expected "
-                            f"{request.platform}")
+    if tuple(exp.platforms) != (request.platform,):  # the worker exports for it alone
+        raise ArtifactError(f"the program was lowered for {tuple(exp.platforms)}, expected "
+                            f"{(request.platform,)}")
     if exp.ordered_effects or exp.unordered_effects:
         raise ArtifactError(CALLBACK_HINT)
     text = exp.mlir_module()

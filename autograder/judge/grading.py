@@ -340,6 +340,25 @@ class Plan:
                 return c
         return None
 
+    def public_big(self, size: str) -> Optional[Case]:
+        """A memory or speed case of the secret one's shapes and static values whose inputs are
+        public (drawn from :data:`PUBLIC_SEED`, the same in every grading run, its static
+        values the secret case's, which its request tells the worker anyway): what a speed
+        message quotes figures from where the secret case's own follow its values. None where
+        :data:`PUBLIC_BIG_DRAWS` draws find none."""
+        problem, layout = self.problem, self.problem.speed_layout
+        want = self.big_request(size).args
+        rng = np.random.default_rng([PUBLIC_SEED, zlib.crc32(problem.name.encode()),
+                                     1000 + ("memory", "speed").index(size)])
+        for _ in range(PUBLIC_BIG_DRAWS):
+            c = problem.case(rng, *layout, size)
+            c = Case(tuple(w.static if w.is_static else a for a, w in zip(c.args, want,
+                                                                           strict=True)),
+                     c.label)
+            if request_for(problem, c, layout, 0, self.platform).args == want:
+                return c
+        return None
+
     def big(self, size: str) -> tuple:
         """(layout, Case) of the memory or speed check."""
         layout = self.problem.speed_layout
@@ -405,6 +424,9 @@ class Plan:
 PUBLIC_SEED = 20250101
 #: randomized cases drawn, at most, to find one of a given signature (each costs microseconds)
 PUBLIC_DRAWS = 4000
+#: big cases drawn, at most, to find a public one of the secret one's signature (the course's
+#: big cases have fixed shapes: the first fits)
+PUBLIC_BIG_DRAWS = 4
 
 #: how many functions' planned requests this process keeps (:meth:`Plan.all_requests`): every
 #: graded function of the course, a few times over
@@ -440,6 +462,11 @@ class Programs:
         #: how the speed case is compiled ahead: "model" (the executable and the partitioned
         #: module, :meth:`speed_program`), "plain", or None (not ahead: no speed check)
         self.speed_ahead: Optional[str] = None
+        #: why this function's verdict may not be kept for another hand-in, or None: an
+        #: artifact failed to lower or compile in the judge (:meth:`_lowered`), a failure of
+        #: what the judge does with the artifact as much as of the program's text
+        #: (:mod:`autograder.judge.reuse`)
+        self.unsettled: Optional[str] = None
 
     # -- artifacts -------------------------------------------------------------------------
     def artifact(self, layout, case: Case) -> Artifact:
@@ -492,14 +519,25 @@ class Programs:
         for the numerics, or ``"memory"``; the HLO and its text are the same)."""
         return self._compiled_for(self.plan.request(layout, case), args, fast=fast)
 
+    @contextlib.contextmanager
+    def _lowered(self, req: ExportRequest):
+        """Around lowering and compiling ``req``'s artifact: a failure there marks this
+        function's verdict :attr:`unsettled`, and is raised on."""
+        try:
+            yield
+        except Exception as e:
+            self.unsettled = f"an artifact failed to lower or compile ({type(e).__name__})"
+            raise
+
     def _compiled_for(self, req: ExportRequest, args, *, fast):
         def make():
             art = self._artifact(req)
-            lowered = devices.lower(art.call, *_dynamic(self.plan.problem, args))
-            if not fast:
-                return lowered.compile()
-            return lowered.compile(on_cpu(MEMORY_CPU_COMPILE if fast == "memory"
-                                          else FAST_CPU_COMPILE))
+            with self._lowered(req):
+                lowered = devices.lower(art.call, *_dynamic(self.plan.problem, args))
+                if not fast:
+                    return lowered.compile()
+                return lowered.compile(on_cpu(MEMORY_CPU_COMPILE if fast == "memory"
+                                              else FAST_CPU_COMPILE))
 
         return self._once((req.id, fast), make)
 
@@ -514,16 +552,18 @@ class Programs:
             from ..tpumodel.api import compile_partitioned
 
             art = self._artifact(req)
-            lowered = devices.lower(art.call, *_dynamic(self.plan.problem, args))
-            return compile_partitioned(lowered, model_options())
+            with self._lowered(req):
+                lowered = devices.lower(art.call, *_dynamic(self.plan.problem, args))
+                return compile_partitioned(lowered, model_options())
 
         return self._once((req.id, "speed"), make)
 
-    def counted_run(self, layout, case: Case, args):
+    def counted_run(self, layout, case: Case, args, *, twin: bool = False):
         """The :class:`~autograder.tpumodel.loops.CountedRun` of a memory or speed case's
         program on that case's own arrays: one instrumented run (the student's work) serves the
         check of its result, the structure reading of the measured program and the model's
-        pinned loops."""
+        pinned loops. ``twin``: ``case`` is the speed case's public twin
+        (:meth:`Plan.public_big`), whose run is kept apart."""
         def make():
             from ..tpumodel.loops import count_run
 
@@ -531,13 +571,13 @@ class Programs:
             return count_run(art.exported, _dynamic(self.plan.problem, args),
                              run=runner(SPEED_CPU_COMPILE))
 
-        return self._once((self.plan.request(layout, case).id, "counted"), make)
+        return self._once((self.plan.request(layout, case).id, "counted", twin), make)
 
-    def measured_counts(self, layout, case: Case, mesh, args) -> list:
+    def measured_counts(self, layout, case: Case, mesh, args, *, twin: bool = False) -> list:
         """Per device of the speed case's mesh (row-major ids), what the one instrumented run of
         its program counted (:meth:`counted_run`): what the TPU model's loops and branches
         must be (:func:`autograder.tpumodel.api.model_measured`)."""
-        return self.counted_run(layout, case, args).per_device(*self._geometry(mesh))
+        return self.counted_run(layout, case, args, twin=twin).per_device(*self._geometry(mesh))
 
     def _geometry(self, mesh) -> tuple[tuple, tuple]:
         """(mesh shape, axis names) as the counts are read: one device without a mesh."""
@@ -545,7 +585,8 @@ class Programs:
 
         return _mesh_geometry(mesh if self.plan.problem.uses_mesh else None)
 
-    def pinned_speed_program(self, layout, case: Case, mesh, args) -> tuple[str, tuple, int]:
+    def pinned_speed_program(self, layout, case: Case, mesh, args, *,
+                             twin: bool = False) -> tuple[str, tuple, int]:
         """``(partitioned text, trip counts, conditionals pinned)`` of the speed case's program
         with each loop's trip count fixed to what it runs on the speed case's own arrays, and
         each conditional that ran one branch per device fixed to it (counted here, by running
@@ -555,9 +596,10 @@ class Programs:
 
             return pinned_by_run(self.artifact(layout, case).exported,
                                  _dynamic(self.plan.problem, args),
-                                 self.counted_run(layout, case, args), *self._geometry(mesh))
+                                 self.counted_run(layout, case, args, twin=twin),
+                                 *self._geometry(mesh))
 
-        return self._once((self.plan.request(layout, case).id, "pinned"), make)
+        return self._once((self.plan.request(layout, case).id, "pinned", twin), make)
 
     @contextlib.contextmanager
     def compiling(self, overlap: bool = True):
@@ -894,8 +936,10 @@ def grade_function(problem: Problem, source, *, seed: int | None = None, quick: 
                 res.checks = []
         programs.start_big()
         _grade(programs, res, with_speed=with_speed, modeler=modeler, timed=timed)
-    # A verdict that hit a time limit may owe it to a busy machine: never handed on.
-    if key and not any("timed out" in c.message for c in res.checks):
+    # A verdict that hit a time limit may owe it to a busy machine, one that an artifact's
+    # failure to lower or compile here decided to the judge's handling of it: never handed on.
+    if (key and programs.unsettled is None
+            and not any("timed out" in c.message for c in res.checks)):
         store.put(key[0], [c.to_dict() for c in res.checks], key[1])
     return res
 
@@ -1066,6 +1110,7 @@ def _speed_check(programs: Programs, modeler, *, rules: bool,
                 return checks.refused_speed(refused, modeled=modeler is not None)
             args = _place(problem, case, mesh)
             modeled: dict = {}
+            st_text = None
             with phase("speed: compile"):  # one compile: the executable and the model's input
                 if modeler is not None:
                     student, st_text = programs.speed_program(layout, case, mesh, args)
@@ -1075,42 +1120,18 @@ def _speed_check(programs: Programs, modeler, *, rules: bool,
                                             student, big, mesh, args, rules=rules)
             if wrong is not None:
                 return wrong
+            base_text = None
             if modeler is not None:
                 with phase("speed: compile"), grader_work("the jit baseline"):
                     base_text = baseline_text(problem, layout, case, mesh, args)
-
-                def pinned():
-                    with student_work():
-                        return programs.pinned_speed_program(layout, case, mesh, args)
-
-                def measured():  # the run that checked the values: no second one
-                    return programs.measured_counts(layout, case, mesh, args)
-
-                with phase("speed: model"), grader_work("the TPU model"):
-                    modeled = modeler(problem, None, mesh, args, program=True,
-                                      texts=(st_text, base_text), pinned=pinned,
-                                      measured=measured, compiled=student) or {}
-                _check_floor(modeled)
+            modeled, s, b, ratio, rounds = _speed_figures(
+                programs, modeler, layout, case, mesh, args, student,
+                (st_text, base_text) if modeler is not None else None, timed=timed)
             if "unreadable" in modeled:
                 return failed("speed", "the TPU model cannot price this program: "
                               f"{modeled['unreadable']}. Speed is judged by the model alone "
                               "off a TPU, so this check fails; write the program with the "
                               "shard_map, collectives and loops the exercise asks for")
-            # Wall-clock is timed only where it decides: a real accelerator (``timed``; the
-            # model's figure beside it), or emulated devices told to (a test of this path).
-            # Where the model decides, timing emulated devices adds nothing.
-            rounds = MEASURED_ROUNDS if (timed or modeler is None) else 0
-            s = b = ratio = float("nan")
-            if rounds:
-                # the baseline compiled as the student's program was (the model's compile,
-                # where one ran), so the two are timed alike
-                options = speed_options() if modeler is None else model_options()
-                with phase("speed: compile"), grader_work("compiling the jit baseline"):
-                    base = compile_for(problem, problem.baseline, mesh, args, baseline=True,
-                                       options=options)
-                with phase("speed: measure"):
-                    s, b, ratio = measure(student, base, _dynamic(problem, args),
-                                          rounds=rounds)
     except BaseException as e:  # noqa: BLE001
         _never_the_students(e)
         return failed("speed", f"could not time it: {_short_error(e)}")
@@ -1118,9 +1139,121 @@ def _speed_check(programs: Programs, modeler, *, rules: bool,
     if modeler is not None and "ratio" not in modeled:
         raise GraderFault("the TPU model returned no verdict for the speed check")
     t = checks.Timing(student_us=s * 1e6, baseline_us=b * 1e6, ratio=ratio, rounds=rounds,
-                      platform=current_platform(), modeled=modeled if "ratio" in modeled else {})
+                      platform=current_platform(), modeled=modeled if "ratio" in modeled else {},
+                      counted=_follows_data(programs, layout, case, args, modeled,
+                                            timed=bool(rounds)))
+    public = None
+    if t.counted:  # the figures follow the secret case's values: a public twin's are quoted
+        public = _public_speed(programs, modeler, mesh, student,
+                               (st_text, base_text) if modeler is not None else None,
+                               timed=timed, secret=(t, case, args))
     with grader_work("the speed check"):
-        return checks.speed(problem, t)
+        return checks.speed(problem, t, public=public)
+
+
+def _speed_figures(programs: Programs, modeler, layout, case: Case, mesh, args, student,
+                   texts: Optional[tuple], *, timed: bool, twin: bool = False) -> tuple:
+    """``(modeled, student_s, baseline_s, ratio, rounds)`` of the speed case's compiled program
+    ``student`` run on ``args`` (``case``'s, placed): the TPU model's verdict with its loops and
+    branches as one instrumented run on these arrays counts them, and where it is timed, the
+    wall-clock figures. ``twin``: ``case`` is the speed case's public twin (its runs are kept
+    apart from the secret case's)."""
+    problem = programs.plan.problem
+    modeled: dict = {}
+    if modeler is not None:
+        def pinned():
+            with student_work():
+                return programs.pinned_speed_program(layout, case, mesh, args, twin=twin)
+
+        def measured():  # the run that checked the values: no second one
+            return programs.measured_counts(layout, case, mesh, args, twin=twin)
+
+        with phase("speed: model"), grader_work("the TPU model"):
+            modeled = modeler(problem, None, mesh, args, program=True, texts=texts,
+                              pinned=pinned, measured=measured, compiled=student) or {}
+        _check_floor(modeled)
+        if "unreadable" in modeled:
+            return modeled, float("nan"), float("nan"), float("nan"), 0
+    # Wall-clock is timed only where it decides: a real accelerator (``timed``; the model's
+    # figure beside it), or emulated devices told to (a test of this path). Where the model
+    # decides, timing emulated devices adds nothing.
+    rounds = MEASURED_ROUNDS if (timed or modeler is None) else 0
+    s = b = ratio = float("nan")
+    if rounds:
+        # the baseline compiled as the student's program was (the model's compile, where one
+        # ran), so the two are timed alike
+        options = speed_options() if modeler is None else model_options()
+        with phase("speed: compile"), grader_work("compiling the jit baseline"):
+            base = compile_for(problem, problem.baseline, mesh, args, baseline=True,
+                               options=options)
+        with phase("speed: measure"):
+            s, b, ratio = measure(student, base, _dynamic(problem, args), rounds=rounds)
+    return modeled, s, b, ratio, rounds
+
+
+def _follows_data(programs: Programs, layout, case: Case, args, modeled: dict, *,
+                  timed: bool) -> bool:
+    """Whether the speed case's figures may follow its values (which are secret): the model
+    pinned loops or branches to the counts its run took, or, where it is ``timed``, the
+    program has loops or branches at all (a wall-clock time follows what runs). A modeled
+    program without pinned counts is priced from its text and shapes alone."""
+    from ..tpumodel.loops import LoopCountError
+
+    if modeled.get("trips") or modeled.get("branches"):
+        return True
+    if not timed:
+        return False
+    try:
+        return bool(programs.counted_run(layout, case, args).tags)
+    except LoopCountError:
+        return True  # not counted: assume it may
+
+
+def _same_counts(one, two) -> bool:
+    """Whether two instrumented runs of one program counted the same (every tag's values)."""
+    return (one.tags == two.tags and len(one.values) == len(two.values)
+            and all(np.array_equal(a, b) for a, b in zip(one.values, two.values)))
+
+
+#: seconds the speed case's public twin may take (its program is compiled already), the model
+#: and any timing included: past it, no figure is quoted
+SPEED_TWIN_TIMEOUT = 60.0
+
+
+def _public_speed(programs: Programs, modeler, mesh, student, texts: Optional[tuple], *,
+                  timed: bool, secret: tuple) -> Optional[checks.Timing]:
+    """The speed figures of the same compiled program on the speed case's public twin
+    (:meth:`Plan.public_big`): what a speed message quotes where the secret case's own figures
+    follow its values. None where no twin is drawn, or it fails or runs long: then no figure
+    is quoted. Nothing here changes the verdict. ``secret``: ``(timing, case, placed args)``
+    of the secret case; where only the model decides and the twin's run counts what the
+    secret case's counted, the model's inputs are the same and so are its figures (not
+    modeled twice)."""
+    plan = programs.plan
+    problem = plan.problem
+    with phase("speed: a public case"), grader_work("drawing a public case"):
+        twin = plan.public_big("speed")
+    if twin is None:
+        return None
+    layout = problem.speed_layout
+    t, case, secret_args = secret
+    try:
+        with time_limit(SPEED_TWIN_TIMEOUT):
+            args = _place(problem, twin, mesh)
+            if not t.rounds and _same_counts(programs.counted_run(layout, case, secret_args),
+                                             programs.counted_run(layout, twin, args,
+                                                                  twin=True)):
+                return t
+            modeled, s, b, ratio, rounds = _speed_figures(
+                programs, modeler, layout, twin, mesh, args, student, texts, timed=timed,
+                twin=True)
+    except BaseException as e:  # noqa: BLE001
+        _never_the_students(e)
+        return None
+    if modeler is not None and "ratio" not in modeled:
+        return None
+    return checks.Timing(student_us=s * 1e6, baseline_us=b * 1e6, ratio=ratio, rounds=rounds,
+                         platform=current_platform(), modeled=modeled)
 
 
 def _check_floor(modeled: dict) -> None:

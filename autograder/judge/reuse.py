@@ -5,9 +5,12 @@ comments, helper functions, a different file. What the grader judges is the expo
 so two functions whose programs are identical, case by case, get the same verdict on the same
 inputs. :class:`VerdictStore` keeps each verdict under a key made of
 
-* every artifact of the function in its canonical form (:func:`canonical`: the StableHLO with
-  source locations stripped and function names numbered in order of appearance), together with
-  the request it answers and the shardings the artifact declares;
+* every artifact of the function as the judge loaded it (:func:`artifact_digest`): every
+  field of its ``jax.export.Exported`` (platforms, calling convention, avals, shardings, kept
+  arguments, effects, ...; a field a later JAX adds is in it too, since the fields are read off
+  the dataclass, not listed), its StableHLO in canonical form (:func:`canonical`: source
+  locations stripped and function names numbered in order of appearance), and the request it
+  answers;
 * the run's secret seed and options (quick, speed, platform), the problem's name, the JAX
   version, and what the verdict is judged with: the grader's code and the course files of the
   problem's assignment (:func:`autograder.core.identity.assignment_hash`), so a verdict kept
@@ -26,7 +29,11 @@ program's names) for any program with its key.
 
 The store lives in the trusted side's class-wide cache (``verdicts/``), which student code
 never sees; only a function graded to the end in this process is stored, and a function
-whose programs did not all arrive intact is never looked up.
+whose programs did not all arrive intact is never looked up. A verdict that an artifact's
+failure to lower or compile in the judge decided is never stored
+(:attr:`~autograder.judge.grading.Programs.unsettled`): such a failure comes from what the
+judge does with the artifact as much as from the program's text, so it is nobody's verdict
+but this hand-in's.
 """
 from __future__ import annotations
 
@@ -60,12 +67,46 @@ def canonical(text: str) -> str:
     return _SYMBOL.sub(lambda m: "@" + names.get(m.group(1), m.group(1)), out)
 
 
+#: fields of ``jax.export.Exported`` not read into the key, each for its reason; every other
+#: field is (:func:`artifact_digest`)
+NOT_KEYED = {
+    # a name: the student's function's, which the module's name repeats (canonical drops it)
+    "fun_name": "a name",
+    # a function that makes the derivative's artifact: the judge grades no derivative
+    "_get_vjp": "never called by the judge",
+    # the module: keyed as the artifact's StableHLO text in canonical form, which
+    # load_artifact reads from these bytes (Artifact.text)
+    "mlir_module_serialized": "keyed as its canonical text",
+}
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+class Unkeyable(ValueError):
+    """An artifact with a field that has no stable text: its function's verdict is neither
+    looked up nor stored."""
+
+
+def _field_text(name: str, value) -> str:
+    text = repr(value)
+    if _ADDRESS.search(text):  # an object's address: another text in every process
+        raise Unkeyable(f"the artifact's {name} has no stable text ({text[:80]})")
+    return text
+
+
 def artifact_digest(artifact) -> str:
-    """A digest of one artifact's program (:class:`~autograder.judge.artifacts.Artifact`)."""
+    """A digest of one artifact as the judge loaded it (:class:`~autograder.judge.artifacts.
+    Artifact`): its program in canonical form and every field of its ``Exported`` but those
+    :data:`NOT_KEYED` names, read off the dataclass (a field added by a later JAX is in the key
+    without a change here). :class:`Unkeyable` where a field has no stable text."""
+    import dataclasses
+
     exp = artifact.exported
     h = hashlib.sha256(canonical(artifact.text).encode())
-    h.update(repr((exp.in_shardings_hlo, exp.out_shardings_hlo, exp.module_kept_var_idx,
-                   [(tuple(a.shape), str(a.dtype)) for a in exp.out_avals])).encode())
+    for f in dataclasses.fields(exp):
+        if f.name in NOT_KEYED:
+            continue
+        h.update(b"\0" + f.name.encode() + b"=" + _field_text(f.name, getattr(exp, f.name)).encode())
     return h.hexdigest()
 
 
