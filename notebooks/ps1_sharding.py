@@ -67,6 +67,35 @@ from selfcheck import compiled_collectives
 print(compiled_collectives(lambda a: a.sum(axis=0), A))
 
 # %% [markdown]
+# Code that computes the right numbers can still make the partitioner move data. A natural
+# way to average each X-shard: cut `A` into its `X` row blocks with `jnp.split`, average each
+# block, and stack the averages. Every value is right; look at what XLA runs:
+
+# %%
+def split_and_stack(A, mesh):
+    x = mesh.shape["X"]
+    return jnp.stack([block.mean(axis=0) for block in jnp.split(A, x)])
+
+
+for line in compiled_collectives(functools.partial(split_and_stack, mesh=mesh), A):
+    print(line)
+
+# %% [markdown]
+# Each average is computed where its rows live, but `jnp.stack` makes a new array whose layout
+# XLA picks on its own (here: the same on every X row of devices), so each device is sent the
+# averages the other shards computed (`collective-permute`). `check`, which runs the grader's
+# checks, says the same: the output is not laid out `P('X', 'Y')`, and the compiled program has
+# collectives that nobody wrote. Problem 1a asks for the version without them.
+
+# %%
+from selfcheck import CheckFailed
+
+try:
+    check("shard_average_jit", split_and_stack, big=False)
+except CheckFailed:
+    pass  # the lines above are the report: sharding and structure fail, numerics pass
+
+# %% [markdown]
 # ## Problem 1a: the average of each X-shard, with `jax.jit`
 #
 # `A` is `f32[S, D]` sharded `P('X', 'Y')`: X-shard `i` holds rows `i*S/X ... (i+1)*S/X - 1`.

@@ -117,6 +117,52 @@ check_ring(held)
 # `ppermute` of step `k` concurrently with the `dot` of step `k`. Nothing has to be written
 # specially for the overlap: it is enough that the program *has* independent work at each step.
 #
+# ### Overlap is a matter of data, not of the order you write
+#
+# A transfer can run beside every computation that does not need its result, wherever the two
+# stand in your code; XLA's scheduler (and the course's TPU model) order by data dependence.
+# A transfer that *carries* a step's result cannot start before that step is done. The toy ring
+# below (not one of the problems: each device passes a tile around the `'Y'` ring and multiplies
+# each tile it sees by the same small matrix) is written three ways: the send before the
+# matmul, the send after it, and a send of the matmul's own product. `model_side_by_side` models
+# each on a TPU v5e: look at the *exposed* column, the communication no computation hides.
+
+# %%
+from selfcheck import model_side_by_side
+
+
+def toy_ring(tile, m, *, send):
+    ny = jax.lax.axis_size("Y")
+    left = [(j, (j - 1) % ny) for j in range(ny)]
+    held, total = tile, jnp.zeros_like(tile)
+    for _ in range(ny - 1):
+        if send == "before the matmul":
+            moved = jax.lax.ppermute(held, "Y", left)
+        product = held @ m
+        total = total + product
+        if send == "after the matmul":
+            moved = jax.lax.ppermute(held, "Y", left)  # the same data as above: independent
+        if send == "the product":
+            moved = jax.lax.ppermute(product, "Y", left)  # needs this step's matmul first
+        held = moved
+    return total + held @ m
+
+
+tiles = jax.device_put(np.zeros((1024, 4096), np.float32), NamedSharding(mesh, P("X", "Y")))
+small = jax.device_put(np.zeros((1024, 1024), np.float32), NamedSharding(mesh, P()))
+model_side_by_side(
+    {send: jax.shard_map(functools.partial(toy_ring, send=send), mesh=mesh,
+                         in_specs=(P("X", "Y"), P()), out_specs=P("X", "Y"), check_vma=False)
+     for send in ("before the matmul", "after the matmul", "the product")},
+    tiles, small, mesh=mesh)
+
+# %% [markdown]
+# The first two are the same program to XLA: each send overlaps its step's matmul, and no
+# communication is exposed. The third sends what the matmul just made, so every transfer waits
+# for its matmul and the next matmul waits for the transfer: all of the communication is
+# exposed, and the ring is as slow as computing and sending one after the other. In your own
+# rings, send what you already hold, and compute on it while it travels.
+#
 # ## The worked example on current JAX
 #
 # The chapter's code targets an older JAX (`jax.experimental.shard_map`, no varying

@@ -349,3 +349,44 @@ def test_no_notebook_cell_sets_wall_clock_beside_a_limit():
             assert not beside, f"{nb.name}: time_vs_jit beside {beside} in\n{cell}"
     assert timed >= 7
 
+
+
+def test_side_by_side_shows_a_transfer_that_waits_for_its_matmul_exposed():
+    """ps3's overlap lesson: a ring that sends what it holds overlaps each send with the step's
+    matmul, wherever the send is written; one that sends the matmul's own product cannot, and
+    its communication is all exposed (model_side_by_side, the notebook's cell)."""
+    import functools
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import PartitionSpec as P
+
+    from autograder.core import devices
+    from autograder.core.meshes import make_mesh
+    from autograder.public.tools import model_side_by_side
+
+    mesh = make_mesh(2, 4)
+
+    def ring(tile, m, *, send):
+        left = [(j, (j - 1) % 4) for j in range(4)]
+        held, total = tile, jnp.zeros_like(tile)
+        for _ in range(3):
+            early = jax.lax.ppermute(held, "Y", left) if send == "first" else None
+            product = held @ m
+            total = total + product
+            held = early if send == "first" else jax.lax.ppermute(
+                product if send == "product" else held, "Y", left)
+        return total + held @ m
+
+    tiles = devices.place(np.zeros((512, 2048), np.float32), mesh, P("X", "Y"))
+    small = devices.place(np.zeros((512, 512), np.float32), mesh, P())
+    table = model_side_by_side(
+        {s: jax.shard_map(functools.partial(ring, send=s), mesh=mesh, in_specs=(P("X", "Y"), P()),
+                          out_specs=P("X", "Y"), check_vma=False)
+         for s in ("first", "after", "product")}, tiles, small, mesh=mesh)
+    assert table["first"] == {**table["after"], "name": "first"}, table  # the same program
+    assert table["product"]["exposed_comm_us"] > 0.99 * table["product"]["comm_us"] > 0, table
+    assert table["product"]["exposed_comm_us"] > table["after"]["exposed_comm_us"] + 10, table
+    assert table["product"]["time_us"] > table["after"]["time_us"] + 10, table
+    assert "exposed" in repr(table) and "product" in repr(table)

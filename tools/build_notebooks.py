@@ -478,8 +478,8 @@ def build_notebook(asg: str):
 EXPORTS = {
     "core.devices": ("describe_devices", "setup_devices"),
     "core.meshes": ("make_mesh",),
-    "public.tools": ("compiled_collectives", "memory_profile", "time_vs_jit", "tpu_profile",
-                     "written_collectives"),
+    "public.tools": ("compiled_collectives", "memory_profile", "model_side_by_side",
+                     "time_vs_jit", "tpu_profile", "written_collectives"),
     "public.check": ("PUBLIC", "CheckFailed", "check", "check_names", "load_functions",
                      "run_checks"),
     "public.practice": ("check_ring", "check_schedule", "check_slots", "check_two_way_ring",

@@ -14,15 +14,15 @@ require_installed()  # no JAX here, or one below the range: stop now, saying the
 
 from .core.devices import describe_devices, setup_devices
 from .core.meshes import make_mesh
-from .public.tools import compiled_collectives, memory_profile, time_vs_jit, tpu_profile, written_collectives
+from .public.tools import compiled_collectives, memory_profile, model_side_by_side, time_vs_jit, tpu_profile, written_collectives
 from .public.check import PUBLIC, CheckFailed, check, check_names, load_functions, run_checks
 from .public.practice import check_ring, check_schedule, check_slots, check_two_way_ring, check_two_way_schedule
 
 __all__ = [
     'CheckFailed', 'PUBLIC', 'check', 'check_names', 'check_ring', 'check_schedule',
     'check_slots', 'check_two_way_ring', 'check_two_way_schedule', 'compiled_collectives',
-    'describe_devices', 'load_functions', 'make_mesh', 'memory_profile', 'run_checks',
-    'setup_devices', 'time_vs_jit', 'tpu_profile', 'written_collectives',
+    'describe_devices', 'load_functions', 'make_mesh', 'memory_profile', 'model_side_by_side',
+    'run_checks', 'setup_devices', 'time_vs_jit', 'tpu_profile', 'written_collectives',
 ]
 
 PUBLIC.update({'roll_diff': {'args': ['A', 'shift'],
