@@ -337,3 +337,28 @@ def test_gradebook_sync_sees_submissions_recorded_before_the_release(tmp_path, c
         assert {c.name for c in submitted.comments} == {c.name for c in nb.solution_cells}
     capsys.readouterr()
     assert main(sync) == 0 and "in line" in capsys.readouterr().out
+
+
+def test_a_changed_limit_is_said_on_the_feedback_page():
+    """A hand-in's "What the grader checks" cell that says other than the grader that graded
+    it (a limit changed after the hand-out) is shown with the grader's checks, a sentence saying
+    they changed, and the hand-out's text below it; a cell that still says what the grader does
+    is left alone."""
+    from autograder.classroom.nbgrader_plugin import note_changed_checks
+    from autograder.core.imports import light_nbformat
+
+    nb = light_nbformat().read(ROOT / "release" / "ps1_sharding" / "ps1_sharding.ipynb",
+                               as_version=4)
+    assert note_changed_checks(nb) == []  # the release says what the grader checks
+    cell = next(c for c in nb.cells if c.cell_type == "markdown"
+                and c.source.startswith("**What the grader checks for `roll_diff`**"))
+    before = cell.source
+    cell.source = before.replace("**at most 1.3**", "**at most 1.2**")
+    assert cell.source != before, "the roll_diff cell names no 1.3 limit to change"
+    old_line = next(line for line in cell.source.splitlines() if "at most 1.2" in line)
+    untouched = [c.source for c in nb.cells if c is not cell]
+    assert note_changed_checks(nb) == ["roll_diff"]
+    assert cell.source.startswith(before), cell.source[:300]
+    assert "Changed since this notebook was handed out" in cell.source
+    assert f"> {old_line}" in cell.source
+    assert [c.source for c in nb.cells if c is not cell] == untouched

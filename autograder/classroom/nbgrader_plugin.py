@@ -198,6 +198,33 @@ class NamedDuplicates(DeduplicateIds):
         return super().preprocess(nb, resources)
 
 
+#: how the notebook's "what the grader checks" cell of a function begins (course/bars.py)
+_CHECKS_HEAD = re.compile(r"\*\*What the grader checks for `(\w+)`\*\*")
+
+
+def note_changed_checks(nb) -> list[str]:
+    """Where a function's "What the grader checks" cell in the hand-in says other than the
+    grader that graded it (a limit changed after the hand-out), that cell now shows the
+    grader's checks and says so, with the hand-out's text below it: the feedback page never
+    sets the old limit beside the new one without a word. The functions whose cell changed."""
+    from ..course import bars, registry
+
+    changed, graded = [], {p.name for p in registry.problems()}
+    for cell in nb.cells:
+        m = _CHECKS_HEAD.match(cell.get("source", "")) if cell.cell_type == "markdown" else None
+        if m is None or m.group(1) not in graded:
+            continue
+        now = bars.bar(registry.get(m.group(1))).markdown()
+        if cell.source.strip() == now.strip():
+            continue
+        old = "\n".join(f"> {line}" for line in cell.source.strip().splitlines())
+        cell.source = (f"{now}\n\n*Changed since this notebook was handed out: the checks "
+                       f"above are the ones this hand-in was graded with. The hand-out said:*"
+                       f"\n\n{old}")
+        changed.append(m.group(1))
+    return changed
+
+
 def restore_hidden_cells(nb, assignment: str | None) -> list[str]:
     """Put back the hidden cell (``grade_<function>``) of every graded function of
     ``assignment`` that the hand-in no longer has, after its ``check_``/``solution_`` cell (or
@@ -544,6 +571,7 @@ class GradeInSandbox(NbGraderPreprocessor):
         if restored:
             self.log.warning("hidden cell(s) removed from the hand-in, put back and graded: %s",
                              ", ".join(restored))
+        note_changed_checks(nb)
         graded = graded_cells(nb)
         runnable = nbformat.from_dict(nb)
         for i in graded:
@@ -835,6 +863,7 @@ def autograded_notebook(submitted: Path, report: dict, recorded: Optional[dict] 
     nb = nbformat.read(submitted, as_version=4)
     strip_own_metadata(nb)
     restored = restore_hidden_cells(nb, report.get("assignment"))
+    note_changed_checks(nb)
     if recorded is not None:
         keep_recorded_cells(nb, recorded)
     functions = {n: _function_result(n, d) for n, d in (report.get("functions") or {}).items()}
