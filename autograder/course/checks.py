@@ -11,7 +11,7 @@ import numpy as np
 from ..core.compare import compare_values, secret_difference, values_message
 from ..core.problem import Case, Problem
 from .reading import Paths
-from ..core.results import MEASURED, MEASURED_NEED_STRUCTURE, CheckResult, credited, failed, passed  # noqa: F401 - credited: applied by the judge
+from ..core.results import MEASURED, MEASURED_NEED_STRUCTURE, CheckResult, credited, failed, passed, ratio_text  # noqa: F401 - credited: applied by the judge
 from .rules.base import CLAUSES
 
 
@@ -73,12 +73,15 @@ class Timing:
     student_us: float
     baseline_us: float
     ratio: float  # robust statistic of the interleaved per-round ratios
-    rounds: int  # 0: not measured (the modeled ratio decides)
+    rounds: int  # 0: not measured
     platform: str
     modeled: dict = field(default_factory=dict)  # e.g. modeled TPU figures, when available
     #: the figures follow the case's values (loop or branch counts decided them, or a timed
     #: program has loops or branches): on the secret speed case, never quoted (:func:`speed`)
     counted: bool = False
+    #: the wall-clock ratio decides (real accelerators, or emulated devices timed on request);
+    #: else the modeled ratio does, where there is one (wall-clock rounds are then figures only)
+    timed: bool = False
 
 
 def first_wrong(problem: Problem, attempts: list[Attempt]) -> Optional[Attempt]:
@@ -237,16 +240,6 @@ def refused_speed(refusal: str, *, modeled: bool) -> CheckResult:
                   "check")
 
 
-def ratio_text(ratio: float, limit: float) -> str:
-    """``ratio`` to two decimals, or as many more as it takes to tell it from ``limit`` (a
-    failing 0.7514 against 0.75 reads 0.751, never 0.75)."""
-    for n in range(2, 18):
-        text = f"{ratio:.{n}f}"
-        if (float(text) > limit) == (ratio > limit):
-            return text
-    return repr(ratio)
-
-
 def _figures(t: Timing, limit: Optional[float]) -> str:
     """The figures of one speed measurement: wall-clock (where timed) and the model's."""
     digits = (lambda r: ratio_text(r, limit)) if limit is not None else (lambda r: f"{r:.2f}")
@@ -298,7 +291,7 @@ def speed(problem: Problem, t: Timing, public: Optional[Timing] = None) -> Check
     or a timed program with control flow), the message says pass or fail only, and quotes
     figures from ``public``: the same program on public inputs of the same shapes (None: no
     figure is quoted), as :func:`numerics` quotes values."""
-    if t.rounds:  # timed (real accelerators): wall-clock decides, the model's figure beside it
+    if t.timed or not t.modeled:  # wall-clock decides, the model's figure beside it
         ratio, basis = t.ratio, f"wall-clock ratio on {t.platform}"
         limit = problem.threshold(t.platform)
         if t.platform == "cpu":

@@ -1140,7 +1140,7 @@ def _speed_check(programs: Programs, modeler, *, rules: bool,
         raise GraderFault("the TPU model returned no verdict for the speed check")
     t = checks.Timing(student_us=s * 1e6, baseline_us=b * 1e6, ratio=ratio, rounds=rounds,
                       platform=current_platform(), modeled=modeled if "ratio" in modeled else {},
-                      counted=_follows_data(programs, layout, case, args, modeled,
+                      timed=bool(rounds), counted=_follows_data(programs, layout, case, args, modeled,
                                             timed=bool(rounds)))
     public = None
     if t.counted:  # the figures follow the secret case's values: a public twin's are quoted
@@ -1253,7 +1253,7 @@ def _public_speed(programs: Programs, modeler, mesh, student, texts: Optional[tu
     if modeler is not None and "ratio" not in modeled:
         return None
     return checks.Timing(student_us=s * 1e6, baseline_us=b * 1e6, ratio=ratio, rounds=rounds,
-                         platform=current_platform(), modeled=modeled)
+                         platform=current_platform(), modeled=modeled, timed=bool(rounds))
 
 
 def _check_floor(modeled: dict) -> None:

@@ -239,3 +239,13 @@ def credited(check: CheckResult, structure: CheckResult) -> CheckResult:
 __all__ = ["MEASURED", "MEASURED_NEED_STRUCTURE", "CheckResult", "FunctionResult", "credited",
            "SubmissionResult", "passed", "failed", "skipped",
            "asdict", "quoted", "shown", "your_code_raised"]
+
+
+def ratio_text(ratio: float, limit: float) -> str:
+    """``ratio`` to two decimals, or as many more as it takes to tell it from ``limit`` (a
+    failing 0.7514 against 0.75 reads 0.751, never 0.75)."""
+    for n in range(2, 18):
+        text = f"{ratio:.{n}f}"
+        if (float(text) > limit) == (ratio > limit):
+            return text
+    return repr(ratio)

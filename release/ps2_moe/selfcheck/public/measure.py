@@ -23,7 +23,7 @@ from typing import Optional
 
 from ..core import devices
 from ..core.errors import describe_error
-from ..core.results import MEASURED_NEED_STRUCTURE, CheckResult, failed, passed
+from ..core.results import MEASURED_NEED_STRUCTURE, CheckResult, failed, passed, ratio_text
 
 MIB = 1 << 20
 
@@ -242,7 +242,7 @@ def speed(problem, fn, *, chip: Optional[str] = None) -> CheckResult:
         return failed("speed", f"could not model it at {where}: {describe_error(e)}")
     ratio, limit = m["ratio"], m["threshold"]
     figures = (f"modeled on TPU {m['chip']}: yours {m['student_us']:.1f} us, jit baseline "
-               f"{m['baseline_us']:.1f} us, ratio {ratio:.2f}")
+               f"{m['baseline_us']:.1f} us, ratio {ratio_text(ratio, limit)}")
     extra = []
     if m.get("trips"):
         extra.append(trips_text(m["trips"]) + "; the grader counts them on its own values of "
@@ -264,5 +264,5 @@ def speed(problem, fn, *, chip: Optional[str] = None) -> CheckResult:
         return passed("speed", f"{figures}, within the grader's limit {limit:g}{close} "
                       f"({where}{tail})")
     return failed("speed", f"make it faster: the grader's limit on the modeled ratio is "
-                  f"{limit:g}, yours is {ratio:.2f} ({figures}; {where}{tail}). "
+                  f"{limit:g}, yours is {ratio_text(ratio, limit)} ({figures}; {where}{tail}). "
                   f"tpu_profile({problem.name!r}, fn) shows what waits for what")
