@@ -330,7 +330,7 @@ def test_every_field_of_an_artifact_is_in_its_key():
         "out_shardings_hlo": exp.in_shardings_hlo,
         "_in_named_shardings": (sharded.update(spec=P("Y", "X")),),
         "_out_named_shardings": (sharded,),
-        "_has_named_shardings": not exp._has_named_shardings,
+        "_has_named_shardings": not getattr(exp, "_has_named_shardings", True),  # JAX 0.10
         "module_kept_var_idx": (),
         "in_avals": tuple(a.update(shape=(a.shape[0] * 2, *a.shape[1:])) for a in exp.in_avals),
         "out_avals": tuple(a.update(shape=(a.shape[0] * 2, *a.shape[1:]))
@@ -346,7 +346,10 @@ def test_every_field_of_an_artifact_is_in_its_key():
     for f in dataclasses.fields(exp):
         if f.name in NOT_KEYED:
             continue
-        new = dataclasses.replace(exp, **{f.name: realistic.get(f.name, _Changed())})
+        value = realistic.get(f.name, _Changed())
+        if repr(value) == repr(getattr(exp, f.name)):  # this JAX holds that value already
+            value = _Changed()
+        new = dataclasses.replace(exp, **{f.name: value})
         assert artifact_digest(Artifact(new, art.text)) != base, f.name
         changed.append(f.name)
     assert {"platforms", "calling_convention_version", "module_kept_var_idx",
