@@ -75,7 +75,7 @@ def export_one(fn, request: ExportRequest, mesh_for) -> ExportReply:
         mesh = None if request.layout is None else mesh_for(*request.layout)
         dynamic, static = abstract_args(request, mesh)
         exported = devices.export(bind(fn, request, mesh, static), *dynamic,
-                                  platform=request.platform, keep_unused=True)
+                                  for_platform=request.platform, keep_unused=True)
         return ExportReply.of(request.id, exported.serialize())
     except Exception as e:  # noqa: BLE001 - any student failure becomes a message
         return ExportReply.of(request.id, error=describe_error(e))

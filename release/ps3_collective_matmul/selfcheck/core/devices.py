@@ -115,7 +115,6 @@ class Jitted:
     def __init__(self, fn, **kw):
         import jax
 
-        self.fn = fn
         self._jitted = jax.jit(fn, **kw)
 
     def __call__(self, *args, **kwargs):
@@ -137,14 +136,14 @@ def lower(fn, *args, **kw):
     return jit(fn, **kw).lower(*args)
 
 
-def export(fn, *args, platform: Optional[str] = None, **kw):
-    """``jax.export.export(jax.jit(fn, **kw))(*args)`` for the course's platform (or the
-    ``platform`` named: the sandboxed worker, which runs on CPU, exports for the grader's)."""
+def export(fn, *args, for_platform: Optional[str] = None, **kw):
+    """``jax.export.export(jax.jit(fn, **kw))(*args)`` for the course's platform (or
+    ``for_platform``: the sandboxed worker, which runs on CPU, exports for the grader's)."""
     import jax
 
     with on_course_devices():
         return jax.export.export(jax.jit(fn, **kw),
-                                 platforms=(platform or globals()["platform"](),))(*args)
+                                 platforms=(for_platform or platform(),))(*args)
 
 
 def place(value, mesh=None, spec=None):
