@@ -41,6 +41,22 @@ def _fake_spawner(name: str):
     return spawn
 
 
+def test_a_fault_said_after_the_handins_code_ran_is_not_believed(monkeypatch, tmp_path):
+    """Only the worker's first record can say the sandbox lacks a module (the grader's fault,
+    a regrade): one said after a statement of the hand-in ran may be the hand-in's own forgery,
+    to turn its zero into a regrade, and is ignored (tests/test_devices.py shows the first
+    record believed, through a real sandbox that cannot import IPython)."""
+    monkeypatch.setattr(channel, "spawn_untrusted", _fake_spawner("unready_late"))
+    sub = tmp_path / "answers.py"
+    sub.write_text("")
+    ex = channel.SandboxExporter(sub, isolated=False, load_s=30, functions=["roll_diff"])
+    try:
+        ex.start()
+        assert ex.fault is None and ex.defined == []
+    finally:
+        ex.close()
+
+
 def _many_requests(n: int):
     """``n`` requests (ids 0..n-1): far more than a pipe holds (each line is about 200 B)."""
     plan = grading.plan_for(registry.get("matmul_allgather"), seed=0)
