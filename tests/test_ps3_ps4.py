@@ -116,6 +116,11 @@ WRONG = [
     ("ps3/fullwidth_ring.py", "matmul_reducescatter", "structure", "[B/X, D/Y]"),
     # a wrong ring index: every block wrong, said in the output's blocks (issue 54)
     ("ps3/wrong_order.py", "matmul_allgather", "numerics", "wrong in every one of the 8 blocks"),
+    # ... and the steps that pair a block with the wrong rows, quoted from the public twin
+    ("ps3/wrong_order.py", "matmul_allgather", "numerics",
+     "by ring step (A's blocks move j -> j-1, so device d holds A's block d+s at step s): "
+     "steps 1 and 3 are wrong on every device, on Y=0: step 1 multiplies A's block 1 by W's "
+     "rows of block 3 (not 1)"),
     ("ps3/hardcoded_axis.py", "matmul_allgather", "numerics", "4x2"),
     ("ps3/no_relu.py", "mlp_block", "numerics", "differ"),
     ("ps4/one_direction.py", "matmul_reducescatter_bidirectional", "structure",
@@ -182,7 +187,60 @@ def test_a_wrong_ring_index_in_ps4_names_the_wrong_blocks():
     assert "(X=0, Y=1) (its first half of columns holds that of" in numerics.message, \
         numerics.message
     assert "its second half of columns is right" in numerics.message, numerics.message
+    assert ("every step is wrong on every device, on Y=0: step 0 adds device Y=1's share of "
+            "block 1's left half (not of block 0)") in numerics.message, numerics.message
     assert numerics.message.count("\n") == 0
+
+
+def test_a_wrong_ring_index_names_the_wrong_steps():
+    """Issue 54: a ring whose W-row index is me - step where me + step is meant (the fixture
+    wrong_order) is wrong in every value; the self-check names the steps that pair a block of
+    A with the wrong rows of W, counted as the notebook's ring counts them."""
+    from autograder.public import check as public
+
+    fn = _ns(FIX / "ps3/wrong_order.py")["matmul_allgather"]
+    results = public.run_checks("matmul_allgather", fn, layouts=((2, 4),), cases=1,
+                                big=False, edges=False)
+    numerics = next(r for r in results if r.name == "numerics")
+    assert ("steps 1 and 3 are wrong on every device, on Y=0: step 1 multiplies A's block 1 "
+            "by W's rows of block 3 (not 1), step 3 multiplies A's block 3 by W's rows of "
+            "block 1 (not 3)") in numerics.message, numerics.message
+
+
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_ring_steps_are_told_from_the_values(n):
+    """The ring-step stories on NumPy alone: a left-out last step, a block index one ahead at
+    every step, and nothing said of a right answer or of values no ring mistake explains."""
+    from autograder.course.references import ps3_collective_matmul as ref
+
+    rng = np.random.default_rng(n)
+    a, w = ref.allgather_case(rng, 2, n, "small")
+    d, f = a.shape[1] // n, w.shape[1] // n
+    want = ref.matmul_reference((a, w), 2, n)
+    got = np.zeros_like(want)
+    for y in range(n):
+        for s in range(n - 1):  # the last step forgotten
+            h = (y + s) % n
+            got[:, y * f:(y + 1) * f] += a[:, h * d:(h + 1) * d] @ w[h * d:(h + 1) * d,
+                                                                    y * f:(y + 1) * f]
+    said = ref.allgather_steps((a, w), got, want, 2, n, 1e-4, 1e-4)
+    assert f"step {n - 1} is wrong on every device, on Y=0: step {n - 1} leaves out A's block " \
+        f"{n - 1}" in said, said
+    assert ref.allgather_steps((a, w), want, want, 2, n, 1e-4, 1e-4) == ""
+    assert ref.allgather_steps((a, w), want + 1, want, 2, n, 1e-4, 1e-4) == ""
+    t, w2 = ref.reducescatter_case(rng, 2, n, "small")
+    f, d = t.shape[1] // n, w2.shape[1] // n
+    want = ref.matmul_reference((t, w2), 2, n)
+    got = np.zeros_like(want)
+    for y in range(n):
+        for s in range(n):
+            k = (y + 1 + s) % n  # the device the sum ending on y visits at step s
+            b = (k - s) % n  # my_block one ahead: k - s where k - 1 - s is meant
+            got[:, y * d:(y + 1) * d] += t[:, k * f:(k + 1) * f] @ w2[k * f:(k + 1) * f,
+                                                                      b * d:(b + 1) * d]
+    said = ref.reducescatter_steps((t, w2), got, want, 2, n, 1e-4, 1e-4)
+    assert ("every step is wrong on every device, on Y=0: step 0 adds device Y=1's share of "
+            "block 1 (not of block 0)") in said, said
 
 
 def test_big_inputs_get_the_same_work():

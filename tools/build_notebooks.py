@@ -577,7 +577,7 @@ def _table_modules(table: dict) -> list[str]:
     from autograder.public import check as public
 
     refs = {".".join(["autograder"] + t[k][0].lstrip(".").split("."))
-            for t in table.values() for k in ("case", "edges", "reference", "baseline")
+            for t in table.values() for k in ("case", "edges", "reference", "baseline", "steps")
             if t.get(k)}
     refs |= {"autograder" + m for t in table.values() for r in t["rules"]
              for m in public.rule_modules(r)}

@@ -87,6 +87,10 @@ class Problem:
     #: whether the baseline's code travels with the self-check (``tpu_profile`` models it from a
     #: release folder); False where that code would give an exercise's answer away (ps1)
     baseline_public: bool = True
+    #: for a ring: (case.args, got, want, x, y, rtol, atol) -> '; by ring step ...' or '', which
+    #: steps of the ring a wrong output's values show to be wrong (references module); called on
+    #: public inputs only, as it names blocks and devices
+    steps: Optional[Callable] = None
 
     def case(self, rng, x: int, y: int, size: str) -> Case:
         c = self.make_case(rng, x, y, size)

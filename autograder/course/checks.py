@@ -113,7 +113,7 @@ def numerics(problem: Problem, attempts: list[Attempt]) -> CheckResult:
 
 def public_values(problem: Problem, a: Attempt) -> str:
     """What the same program does on public inputs of ``a``'s shapes (its values, the worst
-    index, the wrong blocks), or why no value is quoted: the sentences after a secret case's
+    index, the wrong blocks, for a ring the wrong steps), or why no value is quoted: the sentences after a secret case's
     fault in a numerics message."""
     secret = (" (the grading cases' values come from the run's secret seed and are never "
               "quoted)")
@@ -123,8 +123,11 @@ def public_values(problem: Problem, a: Attempt) -> str:
                 "and shows the values")
     tiles = ((problem.out_spec, {"X": p.layout[0], "Y": p.layout[1]})
              if problem.uses_mesh else None)
-    msg = values_message(compare_values(p.value, p.expected, problem.rtol, problem.atol,
-                                        tiles=tiles), p.copies_error)
+    differ = compare_values(p.value, p.expected, problem.rtol, problem.atol, tiles=tiles)
+    if differ is not None and problem.steps is not None:  # a ring: which of its steps is wrong
+        differ += problem.steps(p.case.args, p.value, p.expected, *p.layout, problem.rtol,
+                                problem.atol)
+    msg = values_message(differ, p.copies_error)
     if msg is None:
         return (f"{secret}. The same program gives the right answer on public inputs of these "
                 "shapes, so the fault shows with some values only: look for what depends on "

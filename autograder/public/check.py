@@ -47,7 +47,8 @@ from ..course.reading import export_for_reading, perturbations_of, read_paths
 from . import measure
 
 #: name -> {'args', 'in_specs', 'out_spec', 'uses_mesh', 'case', 'edges', 'reference', 'rtol',
-#: 'atol', 'hidden', 'baseline', 'limit', 'memory'}; 'case', 'edges' (or None), 'reference' and
+#: 'atol', 'hidden', 'baseline', 'limit', 'memory', 'steps'}; 'case', 'edges' (or None),
+#: 'reference', 'steps' (or None: not a ring) and
 #: 'baseline' (or None: none, or one kept with the grader) are [module relative to this package,
 #: function name]; 'baseline_model' holds a kept baseline's modeled figures (or None);
 #: 'limit' is the speed limit on the modeled TPU (None without a speed check);
@@ -107,6 +108,7 @@ def public_entry(problem, *, figures: bool = False) -> dict:
         "case": _where(problem.make_case),
         "edges": None if problem.edge_cases is None else _where(problem.edge_cases),
         "reference": _where(problem.reference),
+        "steps": None if problem.steps is None else _where(problem.steps),
         "rtol": problem.rtol,
         "atol": problem.atol,
         "hidden": [c for c in problem.check_names if c not in ("numerics", "sharding")],
@@ -408,8 +410,11 @@ def run_checks(name: str, fn, *, layouts=LAYOUTS, cases: int = 2, seed: int | No
                 found["numerics"], raised = str(e), True
                 break
             tiles = (out_spec, {"X": x, "Y": y}) if spec["uses_mesh"] else None
-            msg = compare_values(np.asarray(jax.device_get(out)), want, spec["rtol"],
-                                 spec["atol"], tiles=tiles)
+            got = np.asarray(jax.device_get(out))
+            msg = compare_values(got, want, spec["rtol"], spec["atol"], tiles=tiles)
+            if msg is not None and spec.get("steps"):  # a ring: which of its steps is wrong
+                msg += _function(spec["steps"])(args, got, want, x, y, spec["rtol"],
+                                                spec["atol"])
             if spec["uses_mesh"]:
                 msg = values_message(msg, copies_disagree(out, mesh, spec["rtol"], spec["atol"]))
                 bad = sharding_problem(out, mesh, out_spec)
