@@ -390,3 +390,97 @@ def test_side_by_side_shows_a_transfer_that_waits_for_its_matmul_exposed():
     assert table["product"]["exposed_comm_us"] > table["after"]["exposed_comm_us"] + 10, table
     assert table["product"]["time_us"] > table["after"]["time_us"] + 10, table
     assert "exposed" in repr(table) and "product" in repr(table)
+
+
+#: a student's ring whose send carries each step's own product (the transfer waits for the
+#: matmul, and the next step waits for the transfer), written in a file of its own
+_STUDENT_RING = '''import jax
+import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
+
+
+def matmul_allgather(A, W, mesh):
+    ny = mesh.shape["Y"]
+
+    def local(a, w):
+        me = jax.lax.axis_index("Y")
+        k = a.shape[1]
+        acc = jnp.zeros((a.shape[0], w.shape[1]), a.dtype)
+        for step in range(ny):
+            prod = a @ jax.lax.dynamic_slice_in_dim(w, ((me + step) % ny) * k, k, 0)
+            acc = acc + prod
+            if step < ny - 1:
+                a = jax.lax.ppermute(prod[:, :k], "Y", [(j, (j - 1) % ny) for j in range(ny)])
+        return acc
+
+    return jax.shard_map(local, mesh=mesh, in_specs=(P("X", "Y"), P(None, "Y")),
+                         out_specs=P("X", "Y"), check_vma=False)(A, W)
+'''
+
+
+def _student_ring(tmp_path):
+    import importlib.util
+
+    path = tmp_path / "student_ring.py"
+    path.write_text(_STUDENT_RING)
+    spec = importlib.util.spec_from_file_location("student_ring", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.matmul_allgather
+
+
+def test_the_critical_path_names_the_student_s_own_lines(args, tmp_path):
+    """Issue 54: tpu_profile in the student's words. Each wait names the line of the student's
+    file its op was traced from, says when XLA made a kernel from several of them, and quotes
+    those lines; the timeline tags each wide task the same way."""
+    mesh, a = args
+    p = profile(_student_ring(tmp_path), registry.get("matmul_allgather"), mesh, a,
+                png=str(tmp_path / "t.png"))
+    text = repr(p)
+    line = {n: i + 1 for i, n in enumerate(_STUDENT_RING.splitlines())}
+    send = line['                a = jax.lax.ppermute(prod[:, :k], "Y", [(j, (j - 1) % ny) '
+                'for j in range(ny)])']
+    mm = line["            prod = a @ jax.lax.dynamic_slice_in_dim(w, ((me + step) % ny) * "
+              "k, k, 0)"]
+    add = line["            acc = acc + prod"]
+    assert f" us; line {send})" in text, text
+    # the matmul and the sum XLA fused into one kernel
+    assert f"dot_general (compute, 1.6 us; made by XLA from lines {mm} and {add}) waits for " \
+        f"the result of ppermute (comm, 3.9 us; line {send})" in text, text
+    assert "your lines named above:" in text, text
+    assert f"line {mm} (student_ring.py): prod = a @ jax.lax.dynamic_slice_in_dim(" in text, text
+    assert f"line {add} (student_ring.py): acc = acc + prod" in text, text
+    from autograder.tpumodel.sources import short_origin
+
+    tags = {short_origin(t) for t in p.student.timeline.tasks}
+    assert f"line {mm}" in tags and f"XLA: lines {mm}, {add}" in tags, tags
+
+
+def test_a_profile_shows_itself_where_it_is_called_once_per_cell(args, tmp_path, monkeypatch):
+    """Called anywhere in a cell, tpu_profile displays its lines and its picture (as a picture,
+    not only inside the HTML); the cell's echo of the returned profile adds nothing, and a
+    later cell that asks for it shows it again."""
+    import IPython
+    import IPython.display
+
+    mesh, a = args
+    p = profile(_blocking, registry.get("matmul_allgather"), mesh, a,
+                png=str(tmp_path / "t.png"))
+    shown = []
+
+    class Shell:
+        execution_count = 3
+
+    shell = Shell()
+    monkeypatch.setattr(IPython, "get_ipython", lambda: shell)
+    monkeypatch.setattr(IPython.display, "display", lambda obj, **kw: shown.append(obj))
+    assert p.show()
+    assert len(shown) == 2 and "waits for the result" in shown[0]["text/plain"]
+    assert isinstance(shown[1], IPython.display.Image)
+    p._ipython_display_()  # the same cell's echo
+    assert len(shown) == 2
+    shell.execution_count = 4
+    p._ipython_display_()  # `p` in a later cell
+    assert len(shown) == 4
+    monkeypatch.setattr(IPython, "get_ipython", lambda: None)  # a script: nothing displayed
+    assert not p.show() and len(shown) == 4

@@ -69,9 +69,11 @@ def time_vs_jit(f, baseline, *args, reps: int = 5) -> float:
 def tpu_profile(name: str, fn, mesh=None, chip: str = "v5e", shape=None):
     """How ``fn`` (the graded function ``name``) would run on a TPU, against jit.
 
-    Returns a profile that shows itself as a few lines (modeled times, the ratio beside the
-    grader's limit, the critical path: which task waits for which, the loop iterations it
-    modeled) and the timeline picture (a lane for compute, one per ring link and direction;
+    In a notebook the profile is shown where it is called, anywhere in a cell (once: the
+    cell's echo of it adds nothing). Returns a profile that shows itself as a few lines
+    (modeled times, the ratio beside the grader's limit, the critical path: which task waits
+    for which, each named with your source lines it came from, or the lines XLA made it from,
+    the loop iterations it modeled) and the timeline picture (a lane for compute, one per ring link and direction;
     it needs matplotlib, the text does not). ``print(p)`` gives the lines alone. ``mesh``: the
     mesh to model on (default: the grader's speed mesh); a function without a mesh argument
     needs none. The program is priced as the grader's speed check prices it, with the grader's
@@ -155,6 +157,7 @@ def tpu_profile(name: str, fn, mesh=None, chip: str = "v5e", shape=None):
     if not drawn:
         prof.notes.append("the timeline picture needs matplotlib: pip install matplotlib "
                           "(then restart the kernel)")
+    prof.show()  # in a notebook: shown wherever in the cell it is called, once
     return prof
 
 

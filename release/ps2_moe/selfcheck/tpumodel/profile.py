@@ -9,6 +9,7 @@ Notebook use::
     p = profile(fn, prob, (2, 4), shape=(1024, 2048, 2048), dtype="bfloat16")
     p          # a few lines: times, the ratio against the grader's limit, the critical path
     p.png      # the timeline picture (a notebook shows it under the lines)
+    p.show()   # show both now, from anywhere in a cell (``tpu_profile`` does)
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from ..core import devices
 from ..core.results import MEASURED_NEED_STRUCTURE
 from .api import Modeled, compare
 from .plot import plot_timelines
+from .sources import has_sources, origin
 from .schedule import Timeline
 
 #: how ``--shape`` letters map onto each argument's dims, per graded function (matmul problems)
@@ -59,6 +61,12 @@ class Wait:
     why: str = ""  # 'data' (it reads ``on``'s result), or the compute stream or link ``on`` held
     on_kind: Optional[str] = None  # 'compute' or 'comm'
     on_us: float = 0.0  # how long ``on`` runs
+    #: the student's source lines each task was traced from (:func:`origin`), (file, line)
+    lines: tuple = ()
+    on_lines: tuple = ()
+    #: whether XLA made the task: several of the program's ops in one kernel, or none written
+    made: bool = False
+    on_made: bool = False
 
     @property
     def exposed(self) -> bool:
@@ -66,12 +74,55 @@ class Wait:
         return self.kind == "compute" and self.why == "data" and self.on_kind == "comm"
 
     def line(self) -> str:
-        what = f"{self.task} ({self.kind}, {self.duration_us:.1f} us)"
+        what = (f"{self.task} ({self.kind}, {self.duration_us:.1f} us"
+                f"{origin_text(self.lines, self.made)})")
         if self.on is None:
             return what + " starts the program"
         if self.why == "data":
-            return f"{what} waits for the result of {self.on} ({self.on_kind}, {self.on_us:.1f} us)"
+            return (f"{what} waits for the result of {self.on} ({self.on_kind}, "
+                    f"{self.on_us:.1f} us{origin_text(self.on_lines, self.on_made)})")
         return f"{what} waits for {self.why} to be free after {self.on}"
+
+
+def _lines_of(lines) -> str:
+    nums = sorted({l for _, l in lines})
+    files = {f for f, _ in lines}
+    said = (f"line {nums[0]}" if len(nums) == 1 else
+            "lines " + ", ".join(map(str, nums[:-1])) + f" and {nums[-1]}")
+    return said if len(files) == 1 else said + f" of {len(files)} files"
+
+
+def origin_text(lines, made: bool) -> str:
+    """'; line 11', '; made by XLA from lines 9 and 11' or '; made by XLA' ('' without a word
+    of where: a program the model read without its source)."""
+    if not lines:
+        return "; made by XLA" if made else ""
+    return f"; made by XLA from {_lines_of(lines)}" if made else f"; {_lines_of(lines)}"
+
+
+def _where_file(path: str) -> str:
+    """How a message names a source file: a notebook cell as such, a file by its name."""
+    name = os.path.basename(path)
+    if "ipykernel_" in path or path.startswith("<ipython-input"):
+        return "its cell"
+    return name
+
+
+def quoted_lines(waits, limit: int = 8) -> list[str]:
+    """'line 11 (cell.py): acc = acc + ...' for each of the student's lines ``waits`` name."""
+    import linecache
+
+    seen = sorted(set(s for w in waits for s in (*w.lines, *w.on_lines)))
+    out = []
+    for f, l in seen[:limit]:
+        text = linecache.getline(f, l).strip()
+        if len(text) > 72:
+            text = text[:69] + "..."
+        out.append(f"line {l} ({_where_file(f)}): {text}" if text else
+                   f"line {l} ({_where_file(f)})")
+    if len(seen) > limit:
+        out.append(f"... and {len(seen) - limit} more lines")
+    return out
 
 
 def _lane(resource) -> str:
@@ -84,6 +135,7 @@ def critical_path(tl: Timeline) -> list[Wait]:
     if not tl.tasks:
         return []
     by_id = {t.id: t for t in tl.tasks}
+    known = has_sources(tl)
     cur = max(tl.tasks, key=lambda t: (tl.end[t.id], t.id))
     chain: list[Wait] = []
     while cur is not None:
@@ -100,9 +152,13 @@ def critical_path(tl: Timeline) -> list[Wait]:
                     if held:
                         on, why = held[-1], _lane(r)
                         break
-        chain.append(Wait(cur.label, cur.kind, cur.duration * 1e6) if on is None else
-                     Wait(cur.label, cur.kind, cur.duration * 1e6, on.label, why, on.kind,
-                          on.duration * 1e6))
+        lines, made = origin(cur, known)
+        if on is None:
+            chain.append(Wait(cur.label, cur.kind, cur.duration * 1e6, lines=lines, made=made))
+        else:
+            on_lines, on_made = origin(on, known)
+            chain.append(Wait(cur.label, cur.kind, cur.duration * 1e6, on.label, why, on.kind,
+                              on.duration * 1e6, lines, on_lines, made, on_made))
         cur = on
     return chain[::-1]
 
@@ -170,7 +226,11 @@ class Profile:
         exposed = [w for w in waits if w.exposed]
         # an unrolled loop's tasks carry their iteration ("dot_general [3]"): count them as one kind
         kinds = collections.Counter(re.sub(r" \[\d+\]$", "", w.task) for w in waits)
-        shown = ", ".join(f"{n} {k}" for k, n in kinds.most_common(KINDS_SHOWN))
+        lines_of: dict = {}  # kind -> the student's lines its tasks came from
+        for w in waits:
+            lines_of.setdefault(re.sub(r" \[\d+\]$", "", w.task), []).extend(w.lines)
+        shown = ", ".join(f"{n} {k}{f' ({_lines_of(lines_of[k])})' if lines_of[k] else ''}"
+                          for k, n in kinds.most_common(KINDS_SHOWN))
         if len(kinds) > KINDS_SHOWN:
             shown += f", {len(kinds) - KINDS_SHOWN} more kinds"
         # a program that ends on a transfer waits for it with nothing left to compute
@@ -192,13 +252,48 @@ class Profile:
         if last is not None:
             lines.append(f"    the program ends with {last.task} (comm, {last.duration_us:.1f} "
                          "us), with nothing left to compute while it travels")
+        quoted = quoted_lines(exposed[:critical_lines] + ([last] if last else [])
+                              + [w for w in waits if w.lines])
+        if quoted:
+            lines.append("  your lines named above:")
+            lines += [f"    {q}" for q in quoted]
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
 
     def __repr__(self) -> str:
         return self.text()
 
-    def _repr_html_(self):  # notebooks: the few lines, then the picture once
+    def show(self) -> bool:
+        """Show the lines and the picture in the running notebook (IPython's display), once per
+        cell: ``tpu_profile`` calls this, so a call anywhere in a cell shows its profile, and
+        the cell's echo of the returned value does not show it again. False outside IPython."""
+        try:
+            from IPython import get_ipython
+            from IPython.display import Image, display
+        except ImportError:
+            return False
+        ip = get_ipython()
+        if ip is None:
+            return False
+        import html
+
+        display({"text/plain": self.text(),
+                 "text/html": f"<pre>{html.escape(self.text())}</pre>"}, raw=True)
+        if self.png and os.path.exists(self.png):
+            display(Image(filename=self.png))
+        self._shown_in = getattr(ip, "execution_count", None)
+        return True
+
+    def _ipython_display_(self):  # the cell's echo, or display(p): shown unless shown already
+        from IPython import get_ipython
+
+        ip = get_ipython()
+        count = getattr(ip, "execution_count", None) if ip is not None else None
+        if count is not None and getattr(self, "_shown_in", None) == count:
+            return
+        self.show()
+
+    def _repr_html_(self):  # other front ends: the few lines, then the picture once
         import base64
         import html
 
@@ -312,7 +407,7 @@ def profile_of(st: Modeled, base: Modeled, problem, *, notes=(), png: Optional[s
         if png == "":
             fd, png = tempfile.mkstemp(prefix=f"profile-{problem.name}-", suffix=".png")
             os.close(fd)
-        panels = [(f"{title or problem.name} (yours)", st.timeline)]
+        panels = [(f"{title or problem.name} (yours)", st.timeline)]  # tagged with its lines
         if base.timeline.tasks:  # recorded figures have no timeline to draw
             panels.append(("jit baseline", base.timeline))
         prof.png = plot_timelines(panels, png)

@@ -86,6 +86,8 @@ class Task:
     comm_bytes: float = 0.0
     unit: str = ""  # what bounds a compute kernel: 'mxu', 'vpu' or 'mem'
     passes: int = 1  # the most MXU passes one of its matmuls takes (HIGH: 3, HIGHEST: 6)
+    #: the (file, line) pairs its ops were traced from, in program order (:attr:`Node.source`)
+    sources: tuple = ()
 
 
 # ------------------------------------------------------------------------------ mesh geometry
@@ -393,6 +395,11 @@ def _short_label(label: str) -> str:
     return (keep[-1] if keep else (parts[-1] if parts else label))[:40]
 
 
+def _sources(nodes: list[Node], ms) -> tuple:
+    """The distinct source lines of the ops ``ms``, in program order."""
+    return tuple(dict.fromkeys(nodes[m].source for m in ms if nodes[m].source))
+
+
 def _sliced_bytes(node: Node, nodes: list[Node], cons: dict, live_out: frozenset):
     """What all uses of ``node``'s result read together, when every use is a slice of it; None
     when the result leaves the program or some use reads all of it."""
@@ -444,7 +451,8 @@ def build_tasks(nodes: list[Node], out_value, geo: Geometry, chip: chipmod.Chip,
             if not any(k in lab for k in _COLLECTIVE_WORDS):
                 lab = first.opcode  # inserted by GSPMD: its metadata names the op it serves
             tasks.append(Task(tid, "comm", lab + suffix, t, lanes, deps,
-                              list(ms), f"{desc}, {shape}", comm_bytes=cb))
+                              list(ms), f"{desc}, {shape}", comm_bytes=cb,
+                              sources=_sources(nodes, ms)))
             continue
         vector = 0.0
         flops_by_dtype: dict[str, float] = {}
@@ -499,7 +507,7 @@ def build_tasks(nodes: list[Node], out_value, geo: Geometry, chip: chipmod.Chip,
                 f"{vector / 1e9:.2f} G vector ops, {nbytes / 2**20:.2f} MiB, {bound}-bound")
         tasks.append(Task(tid, "compute", lab, dur, ("compute",), deps, list(ms), desc,
                           flops=sum(flops_by_dtype.values()), vector=vector, bytes=nbytes,
-                          unit=unit, passes=passes))
+                          unit=unit, passes=passes, sources=_sources(nodes, ms)))
     for t in tasks:
         t.deps = {task_of[d] for d in t.deps} - {t.id}
     return tasks

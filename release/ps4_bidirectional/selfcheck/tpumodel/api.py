@@ -17,8 +17,8 @@ from typing import Callable, Optional
 
 from . import chips as chipmod
 from .cost import Geometry, build_tasks
-from .hlo import (Budget, DataDependentLoop, ModelError, RunDisagrees, parse_module,
-                  run_device)
+from .hlo import (Budget, DataDependentLoop, ModelError, RunDisagrees, mark_sources,
+                  parse_module, run_device, source_table)
 from .schedule import Timeline, schedule
 from .work import Floor, floored, static_work, xla_flops
 
@@ -176,7 +176,9 @@ def model_hlo(text: str, mesh_shape=(1,), axis_names=("X",), chip=None,
                 if why is not None:
                     raise RunDisagrees(f"device {d}: {why}")
     worst = None
+    frames = source_table(text)  # the student's lines each op came from, for the profile
     for fl in runs:
+        mark_sources(fl.nodes, frames)
         timeline = schedule(build_tasks(fl.nodes, fl.out, geo, chip, fl.device))
         if worst is None or timeline.makespan > worst[0].makespan:
             worst = (timeline, fl)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from .schedule import Timeline
+from .sources import has_sources, short_origin
 
 #: resolution of the picture (a notebook shows it about 880 pixels wide) and its palette size
 DPI = 80
@@ -19,7 +20,10 @@ def _lane_name(r) -> str:
 
 
 def plot_timelines(panels: list[tuple[str, Timeline]], path: str) -> str:
-    """Draw each (title, timeline) as a panel, top to bottom; returns ``path``."""
+    """Draw each (title, timeline) as a panel, top to bottom; returns ``path``. A task wide
+    enough for a label shows its op and, under it, the student's source line it came from
+    ('line 11'), or what XLA made it from ('XLA: lines 9, 11'; 'XLA' for an op no line wrote)."""
+
     import matplotlib
 
     matplotlib.use("Agg")
@@ -31,6 +35,7 @@ def plot_timelines(panels: list[tuple[str, Timeline]], path: str) -> str:
     xmax = max((tl.makespan for _, tl in panels), default=0.0) * 1e6 or 1.0
     for ax, (title, tl) in zip(axes[:, 0], panels):
         lanes = _lanes(tl)
+        known = has_sources(tl)
         ypos = {r: len(lanes) - 1 - i for i, r in enumerate(lanes)}
         for t in tl.tasks:
             if t.duration <= 0:
@@ -42,7 +47,9 @@ def plot_timelines(panels: list[tuple[str, Timeline]], path: str) -> str:
                 ax.broken_barh([(s, d)], (y - 0.4, 0.8), facecolors=color, edgecolors="white",
                                linewidth=0.6)
                 if d > xmax * 0.035:
-                    ax.text(s + d / 2, y, t.label, ha="center", va="center", fontsize=7,
+                    tag = short_origin(t, known)
+                    ax.text(s + d / 2, y, f"{t.label}\n{tag}" if tag else t.label,
+                            ha="center", va="center", fontsize=7,
                             clip_on=True, color="white" if t.kind == "compute" else "black")
         ax.set_yticks([ypos[r] for r in lanes], [_lane_name(r) for r in lanes])
         ax.set_xlim(0, xmax * 1.02)
