@@ -111,3 +111,47 @@ def test_a_judge_is_given_again_only_to_the_thread_that_started_it(pool, tmp_pat
     before = pool.started
     res = grade_submission(right, opts)
     assert pool.started == before + 1 and res.score == res.max_score, res.report()
+
+
+def test_the_judge_grades_with_the_options_the_supervisor_sent(pool, tmp_path):
+    """The judge's limits come from the options record on its stdin, not from defaults of its
+    own: a hand-in that sleeps while loading is stopped at the course's 4 s, not at the default
+    120 s (nor skipped at the default statement limit, 20 s)."""
+    import time
+
+    from autograder.supervisor.supervise import grade_submission
+
+    sleeps = tmp_path / "s" / "ps1_sharding.py"
+    sleeps.parent.mkdir()
+    sleeps.write_text("import time\n_x = time.sleep(600)\n"
+                      "def shard_average_jit(x, mesh):\n    return _x\n")
+    t0 = time.monotonic()
+    res = grade_submission(sleeps, _opts(only=["shard_average_jit"], limits={"load_s": 4.0}))
+    assert any("ran past the 4 s limit for loading" in n for n in res.notes), res.report()
+    assert time.monotonic() - t0 < 60
+
+
+def test_a_serving_judge_takes_its_options_from_its_stdin_alone():
+    """``--serve`` refuses a flag, and an options record with a field missing or unknown,
+    naming it, before it imports JAX or grades anything."""
+    import json
+    import subprocess
+    import sys
+
+    from autograder.core.records import Job
+
+    def judge(*flags, stdin=""):
+        return subprocess.run([sys.executable, "-m", "autograder.judge", "--serve", *flags],
+                              input=stdin, capture_output=True, text=True, timeout=60)
+
+    p = judge("--load-timeout", "4")  # a flag of the old command line: none of the judge's
+    assert p.returncode == 2 and "unrecognized arguments: --load-timeout" in p.stderr
+    p = judge("--seed", "3")
+    assert p.returncode == 2 and "--serve takes its options from its stdin" in p.stderr
+    told = _opts().judge_options().to_dict()
+    del told["limits"]["load_s"]
+    p = judge(stdin=json.dumps(told) + "\n")
+    assert p.returncode == 2 and "Limits: missing field(s) ['load_s']" in p.stderr, p.stderr
+    job = Job(submission="x.py", cwd=".", grader_log="g.log", log="s.log")
+    p = judge(stdin=job.to_line())  # a job before its options
+    assert p.returncode == 2 and "unexpected record type 'job'" in p.stderr, p.stderr

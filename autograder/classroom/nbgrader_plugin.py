@@ -49,6 +49,8 @@ from nbgrader.preprocessors import (
 )
 from traitlets import Bool, Float, Integer
 
+from ..core.records import Limits
+
 #: a hidden test cell is ``grade_<function>``, as tools/build_notebooks.py names it
 _GRADE_ID = re.compile(r"^grade_(\w+)$")
 _MAX_NOTEBOOK = 32 << 20
@@ -518,9 +520,11 @@ class GradeInSandbox(NbGraderPreprocessor):
                    ".autograder/seed), which `grade-all` on this folder uses too.").tag(config=True)
     quick = Bool(False, help="Fewer meshes and cases (as grade --quick).").tag(config=True)
     with_speed = Bool(True, help="Run the speed check.").tag(config=True)
-    function_timeout = Float(150.0, help="Seconds per graded function.").tag(config=True)
-    load_timeout = Float(120.0, help="Seconds to load one hand-in.").tag(config=True)
-    memory_mb = Integer(6144, help="Resident memory of the trusted grader.").tag(config=True)
+    function_timeout = Float(Limits.per_function_s,
+                             help="Seconds per graded function.").tag(config=True)
+    load_timeout = Float(Limits.load_s, help="Seconds to load one hand-in.").tag(config=True)
+    memory_mb = Integer(Limits.memory_mb,
+                        help="Resident memory of the trusted grader.").tag(config=True)
 
     def options(self, assignment: str, only: list):
         """The grading options of one hand-in: this step's configuration, the course's seed."""

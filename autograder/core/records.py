@@ -8,12 +8,15 @@ Two boundaries, one format (JSON lines, one record per line, ``{"type": ..., **f
   :class:`Loaded`) and answers each request with a serialized ``jax.export`` artifact or an
   error text (:class:`ExportReply`). Everything the worker sends is untrusted: :func:`parse`
   checks types and sizes and never evaluates anything.
-* trusted grader <-> supervisor (:mod:`autograder.supervisor`): a warm grader is given a
-  :class:`Job` (one submission) on its stdin; it answers :class:`Plan`, :class:`Start`,
+* trusted grader <-> supervisor (:mod:`autograder.supervisor`): a warm grader is told its
+  :class:`JudgeOptions` (with its :class:`Limits`) once, as the first line on its stdin, then
+  given a :class:`Job` (one submission) after another; it answers :class:`Plan`, :class:`Start`,
   :class:`Owner`, :class:`Result`, :class:`Restart` and :class:`Done`, then :class:`Ready` when it
   takes another.
 
 Each record rebuilds itself with ``from_dict``; nothing is re-assembled by hand elsewhere.
+:class:`Limits` holds every grading limit's default, written there once: the supervisor, the
+judge, the sandbox and the command lines read them from it.
 """
 from __future__ import annotations
 
@@ -202,6 +205,128 @@ class ExecutedNotebook(Record):
 # -- trusted grader <-> supervisor --------------------------------------------------------------
 
 
+@dataclass
+class Limits:
+    """Per-submission limits, each default written here and nowhere else. Times are
+    effective seconds (:mod:`autograder.core.clock`), sizes MiB."""
+
+    #: one graded function, from its 'start' record to its result
+    per_function_s: float = 150.0
+    #: loading the submission (all its statements)
+    load_s: float = 120.0
+    #: the whole submission, restarts included (None: load_s + per_function_s * n + slack)
+    per_submission_s: Optional[float] = None
+    #: resident memory of the trusted grader, which runs the student's programs (None: off)
+    memory_mb: Optional[int] = 6144
+    #: resident memory of the student's sandbox, all its processes together
+    student_memory_mb: int = 6144
+    #: virtual address space of every process (RLIMIT_AS): a runaway allocation fails instead
+    #: of swapping. XLA:CPU with 8 devices needs about 2 GiB; 16 GiB leaves room.
+    address_space_mb: Optional[int] = 16384
+    #: one top-level statement of the submission while loading
+    statement_s: float = 20.0
+    #: tracing and exporting one function's programs (within half of ``per_function_s``:
+    #: :meth:`export_limit_s`)
+    export_s: float = 120.0
+    #: largest file a process may write (logs included)
+    output_mb: int = 32
+    #: how many times a crashed/hung grader is restarted for one submission without settling
+    #: another function (a restart after a stop that gave a function its result, or sent it
+    #: to be graded alone, does not count: every function is reached, however many crash)
+    max_restarts: int = 12
+    #: submissions one warm trusted grader takes before it is replaced (1: a fresh grader for
+    #: every submission); see :class:`autograder.supervisor.supervise.JudgePool`
+    judge_jobs: int = 25
+    #: entries (files, folders, links, hidden ones included) a student's own folder may list,
+    #: how deep its folders may nest, and effective seconds for listing it: past any of them
+    #: the hand-in is refused with the reason (:func:`autograder.supervisor.handin.own_files`)
+    folder_entries: int = 10_000
+    folder_depth: int = 32
+    folder_s: float = 30.0
+
+    def budget(self, n_functions: int) -> float:
+        if self.per_submission_s:
+            return self.per_submission_s
+        return self.load_s + self.per_function_s * max(1, n_functions) + 30.0
+
+    def export_limit_s(self) -> float:
+        """The judge's limit for tracing and exporting one function's programs: ``export_s``,
+        within half the function's own limit (the other half is the judge's)."""
+        return min(self.export_s, self.per_function_s / 2)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Limits":
+        """The limits of ``to_dict``: a field missing or unknown, or a value of the wrong type,
+        is a :class:`RecordError` naming it."""
+        return cls(**typed_fields(cls, d))
+
+
+@dataclass(frozen=True)
+class JudgeOptions(Record):
+    """What a trusted grader is told once, before its first :class:`Job`: the options every
+    submission it grades shares (what differs per submission travels in the job). The
+    supervisor sends it as the first line on a ``--serve`` judge's stdin; a judge started by
+    hand builds it from its flags and :class:`Limits`' defaults. No field has a default of its
+    own: one missing from the line is refused, never filled in."""
+
+    TYPE: ClassVar[str] = "options"
+    quick: bool
+    #: None: a fresh secret seed (nothing graded shares its inputs)
+    seed: Optional[int]
+    with_speed: bool
+    #: time the speed case on emulated CPU devices too (a test of the timed path, not a grade)
+    timed_speed: bool
+    #: run the student's code in the sandbox (False: ``--no-isolation``)
+    isolation: bool
+    #: the trusted side's class-wide cache for this grading (None: none)
+    cache_dir: Optional[str]
+    limits: Limits
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "JudgeOptions":
+        return cls(**typed_fields(cls, d, extra=("type",)))
+
+
+def typed_fields(cls, d: Any, *, complete: bool = True, extra: tuple = ()) -> dict:
+    """``d``'s fields for the dataclass ``cls``, checked against its annotations: a name it
+    does not declare, one it declares and ``d`` lacks (unless not ``complete``: the dataclass's
+    default is then taken), or a value of another type is a :class:`RecordError` naming the
+    field. Loosely typed as JSON is: an int is a float, a list a tuple, a str a ``Path``; None
+    only where ``Optional``; a nested :class:`Limits` is given as its dict."""
+    if not isinstance(d, dict):
+        raise RecordError(f"{cls.__name__}: expected an object, found {type(d).__name__}")
+    known = {f.name: str(f.type) for f in fields(cls)}
+    unknown = sorted(set(d) - set(known) - set(extra))
+    if unknown:
+        raise RecordError(f"{cls.__name__}: unknown field(s) {unknown}")
+    missing = sorted(set(known) - set(d))
+    if complete and missing:
+        raise RecordError(f"{cls.__name__}: missing field(s) {missing}")
+    kinds = {"bool": (bool,), "int": (int,), "float": (int, float), "str": (str,),
+             "list": (list, tuple), "Path": (str,), "Limits": (dict,)}
+    out = {}
+    for name, ann in known.items():
+        if name not in d:
+            continue
+        value = d[name]
+        if value is None:
+            if "Optional" not in ann:
+                raise RecordError(f"{cls.__name__}.{name}: may not be None")
+            out[name] = None
+            continue
+        base = ann.replace("Optional[", "").rstrip("]")
+        ok = kinds.get(base, (object,))
+        if not isinstance(value, ok) or (isinstance(value, bool) and bool not in ok):
+            raise RecordError(f"{cls.__name__}.{name}: expected {base}, "
+                              f"found {type(value).__name__}")
+        out[name] = (float(value) if base == "float" else
+                     Limits.from_dict(value) if base == "Limits" else value)
+    return out
+
+
 @dataclass(frozen=True)
 class Job(Record):
     """One submission for a warm trusted grader (``python -m autograder.judge --serve``): what
@@ -342,8 +467,8 @@ class Done(Record):
 
 
 TYPES = {c.TYPE: c for c in (ExportRequest, Quit, Loading, Loaded, Unready, ExportReply,
-                             ExecutedNotebook, Job, Plan, Start, Owner, Result, Restart, Done,
-                             Ready)}
+                             ExecutedNotebook, JudgeOptions, Job, Plan, Start, Owner, Result,
+                             Restart, Done, Ready)}
 
 
 def parse(line: str | bytes, allowed: tuple = ()) -> Record:

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..core.clock import CpuReading, thread_times
+from ..core.records import Limits
 from . import cgroup
 from .processes import die_with_parent
 
@@ -51,15 +52,16 @@ INSTALL_HINT = ("install bubblewrap (Debian/Ubuntu: sudo apt-get install bubblew
 
 @dataclass(frozen=True)
 class SandboxLimits:
-    """Hard limits for one sandbox. Sizes in MiB."""
+    """Hard limits for one sandbox. Sizes in MiB; the grading limits' defaults are
+    :class:`~autograder.core.records.Limits`'."""
 
-    address_space_mb: int = 16384
-    file_size_mb: int = 32
+    address_space_mb: int = Limits.address_space_mb
+    file_size_mb: int = Limits.output_mb
     tmp_mb: int = 256
     processes: int = 512
     open_files: int = 1024
     #: resident memory of the whole sandbox, every process in it (watched by the caller)
-    memory_mb: int = 6144
+    memory_mb: int = Limits.student_memory_mb
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from ..core.results import quoted
 from ..core.records import (
     ExportReply,
     ExportRequest,
+    Limits,
     Loaded,
     Loading,
     Quit,
@@ -223,8 +224,9 @@ class SandboxExporter:
     stopped answering, and every export left fails at once, saying so.
     """
 
-    def __init__(self, submission: Path, *, isolated: bool, statement_s: float = 20.0,
-                 load_s: float = 120.0, log: Optional[Path] = None, limits=None,
+    def __init__(self, submission: Path, *, isolated: bool,
+                 statement_s: float = Limits.statement_s, load_s: float = Limits.load_s,
+                 log: Optional[Path] = None, limits=None,
                  folder: bool = False, functions: Optional[list[str]] = None):
         if functions is None:
             from ..course import registry
@@ -361,7 +363,7 @@ class SandboxExporter:
                 self.pending[r.id] = r
                 self.link.send(r.to_line())
 
-    def export(self, requests, timeout=120.0, on_reply=None):
+    def export(self, requests, timeout: float = Limits.export_s, on_reply=None):
         """Replies for ``requests`` (sent now unless :meth:`submit` sent them already);
         ``on_reply`` sees each as it arrives."""
         if self.stopped_answering is not None:

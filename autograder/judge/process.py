@@ -1,14 +1,17 @@
 """The trusted grader: submissions graded from the programs their workers export.
 
     python -m autograder.judge SUBMISSION [--assignment ID] [--only f,g] [--seed N]
-        [--quick] [--no-speed] [--no-isolation] [--skip 3,7] [--serial f,g] [--cache-dir DIR]
-    python -m autograder.judge --serve [--seed N] [--quick] ...   # warm: one Job after another
+        [--quick] [--no-speed] [--no-isolation] [--folder] [--log FILE] [--cache-dir DIR]
+    python -m autograder.judge --serve    # warm: options, then one Job after another, on stdin
 
-With ``--serve`` it grades one :class:`~autograder.core.records.Job` after another from its stdin
-(the options shared by every job on its command line, once), each with a fresh sandbox of its
-own, and says :class:`~autograder.core.records.Ready` after each; JAX stays imported and the
-baselines' modules stay read, which is what a warm grader saves. The supervisor's
-:class:`~autograder.supervisor.supervise.JudgePool` keeps such graders.
+The command line holds what a person types to grade one hand-in (with
+:class:`~autograder.core.records.Limits`' defaults). With ``--serve`` (and no other flag) it reads
+its options from its stdin, once, as a :class:`~autograder.core.records.JudgeOptions` record
+(the limits within it), then grades one :class:`~autograder.core.records.Job` after another,
+each with a fresh sandbox of its own, and says :class:`~autograder.core.records.Ready` after
+each; JAX stays imported and the baselines' modules stay read, which is what a warm grader
+saves. The supervisor's :class:`~autograder.supervisor.supervise.JudgePool` keeps such
+graders.
 
 Started by the supervisor (:mod:`autograder.supervisor`), which reads its records
 (:mod:`autograder.core.records`: ``plan``, ``start``, ``result``, ``done``) from stdout and enforces
@@ -24,6 +27,8 @@ import os
 import sys
 import time
 from pathlib import Path
+
+from ..core.records import Job, JudgeOptions, Limits, RecordError, parse
 
 _T0 = time.perf_counter()
 
@@ -97,23 +102,24 @@ def warm(assignments: list[str], *, with_speed: bool) -> None:
                                 options=grading.speed_options())
 
 
-def exporter_for(a):
+def exporter_for(job: Job, opts: JudgeOptions):
     """The sandboxed worker for this submission (started, not yet waited for)."""
     from ..isolation.sandbox import SandboxLimits
     from .channel import SandboxExporter
 
-    limits = SandboxLimits(file_size_mb=a.output_mb, memory_mb=a.memory_mb, **(
-        {"address_space_mb": a.address_space_mb} if a.address_space_mb else {}))
-    exporter = SandboxExporter(Path(a.submission).resolve(), isolated=not a.no_isolation,
-                               statement_s=a.statement_timeout, load_s=a.load_timeout,
-                               log=Path(a.log) if a.log else None, limits=limits,
-                               folder=a.folder)
-    exporter.skip = [int(s) for s in a.skip.split(",") if s.strip()]
+    lim = opts.limits
+    limits = SandboxLimits(file_size_mb=lim.output_mb, memory_mb=lim.student_memory_mb, **(
+        {"address_space_mb": lim.address_space_mb} if lim.address_space_mb else {}))
+    exporter = SandboxExporter(Path(job.submission).resolve(), isolated=opts.isolation,
+                               statement_s=lim.statement_s, load_s=lim.load_s,
+                               log=Path(job.log) if job.log else None, limits=limits,
+                               folder=job.folder)
+    exporter.skip = list(job.skip)
     exporter.launch()
     return exporter
 
 
-def run(a, send, exporter) -> None:
+def run(job: Job, opts: JudgeOptions, send, exporter) -> None:
     from ..core import errors
     from ..core.records import Done, Owner, Plan, Restart, Result, Start
     from . import grading
@@ -121,24 +127,24 @@ def run(a, send, exporter) -> None:
     from .reuse import VerdictStore
     from .timing import phase
 
-    work = Path(a.submission).resolve()
+    work = Path(job.submission).resolve()
     try:
         # Planned while the worker loads the submission (both sides would otherwise wait on
         # each other): the functions come from the hand-in's name or its source read without
         # running it, the cases from the seed, never from what the worker says
-        assignment, probs = choose_problems(a.assignment, work)
-        if a.only:
-            only = set(a.only.split(","))
+        assignment, probs = choose_problems(job.assignment, work)
+        if job.only:
+            only = set(job.only)
             probs = [p for p in probs if p.name in only]
         # A seed of its own: nothing graded before shares its inputs, nothing is kept
-        shared = a.cache_dir and a.seed is not None
-        store = VerdictStore(Path(a.cache_dir) / "verdicts") if shared else None
-        big_cases = BigCaseStore(Path(a.cache_dir) / "bigcases") if shared else None
+        shared = opts.cache_dir and opts.seed is not None
+        store = VerdictStore(Path(opts.cache_dir) / "verdicts") if shared else None
+        big_cases = BigCaseStore(Path(opts.cache_dir) / "bigcases") if shared else None
         plans, base = [], 0
         with phase("plan the cases (while the worker loads)"):
             for p in probs:
-                plans.append(grading.plan_for(p, seed=a.seed, quick=a.quick,
-                                              with_speed=not a.no_speed, id_base=base,
+                plans.append(grading.plan_for(p, seed=opts.seed, quick=opts.quick,
+                                              with_speed=opts.with_speed, id_base=base,
                                               big_cases=big_cases))
                 plans[-1].all_requests()
                 base += 10_000
@@ -153,7 +159,7 @@ def run(a, send, exporter) -> None:
             send(Done([]))
             return
         notes = list(exporter.notes)
-        if not probs and not a.assignment:
+        if not probs and not job.assignment:
             notes.append("no graded function of any assignment is defined in this file, so its "
                          "assignment cannot be told: nothing was graded")
         send(Plan(assignment, [p.name for p in probs], notes, exporter.skip))
@@ -164,16 +170,16 @@ def run(a, send, exporter) -> None:
             if p.name in exporter.defined:
                 exporter.submit(plan.all_requests())
         grading.OWNER_HOOK = lambda owner: send(Owner(owner))
-        serial = {n for n in (a.serial or "").split(",") if n}
+        serial = set(job.serial)
         for i, (p, plan) in enumerate(zip(probs, plans, strict=True)):
             grading.owner_reset()
             send(Start(p.name))
             try:
                 with phase(f"function {p.name}"):
                     r = grading.grade_function(p, exporter if defined[i] else None, plan=plan,
-                                               export_timeout=a.export_timeout,
-                                               with_speed=not a.no_speed, store=store,
-                                               timed=a.timed_speed or grading.timed_here(),
+                                               export_timeout=opts.limits.export_limit_s(),
+                                               with_speed=opts.with_speed, store=store,
+                                               timed=opts.timed_speed or grading.timed_here(),
                                                overlap=p.name not in serial)
             except Exception as e:  # noqa: BLE001 - the grader's own code failed: a regrade
                 import traceback
@@ -215,7 +221,7 @@ def _quiet(extra_s: float) -> bool:
     return not left
 
 
-def serve(a, send, setup) -> int:
+def serve(opts: JudgeOptions, send, setup) -> int:
     """Grade one :class:`~autograder.core.records.Job` from stdin after another until stdin
     closes. After each, what the job compiled is dropped and :class:`Ready` is sent; a job that
     ran past a time limit (work of its submission may still run here) ends this process
@@ -242,21 +248,15 @@ def serve(a, send, setup) -> int:
         os.dup2(log, 1)
         os.close(log)
         os.chdir(job.cwd)
-        # what differs per submission comes from the job alone (the command line has none of it)
-        ja = argparse.Namespace(**{**vars(a), "submission": job.submission, "log": job.log,
-                                   "assignment": job.assignment,
-                                   "only": ",".join(job.only) if job.only else None,
-                                   "skip": ",".join(map(str, job.skip)),
-                                   "serial": ",".join(job.serial),
-                                   "folder": job.folder})
-        exporter = exporter_for(ja)
+        # what differs per submission comes from the job, the rest from the options record
+        exporter = exporter_for(job, opts)
         if first:
             setup()
             timing.add("start (this process and JAX)", time.perf_counter() - _T0)
             first = False
         with timing.phase("grading"):
-            run(ja, send, exporter)
-        timing.write(ja.assignment or Path(ja.submission).stem)
+            run(job, opts, send, exporter)
+        timing.write(job.assignment or Path(job.submission).stem)
         timing.reset()
         if errors.EXPIRED or not _quiet(extra_s=5.0):
             return 0
@@ -270,11 +270,38 @@ def serve(a, send, setup) -> int:
         send(Ready())
 
 
+def read_options(stream) -> JudgeOptions:
+    """The :class:`~autograder.core.records.JudgeOptions` record on the first line of
+    ``stream`` (a ``--serve`` judge's stdin): anything else, a field missing or unknown
+    included, is a :class:`~autograder.core.records.RecordError` naming it."""
+    line = stream.readline()
+    if not line:
+        raise RecordError("no options record: its input ended first")
+    return parse(line, allowed=(JudgeOptions,))
+
+
+def typed_options(a) -> JudgeOptions:
+    """The options a person typed; every limit is :class:`~autograder.core.records.Limits`'
+    default."""
+    return JudgeOptions(quick=a.quick, seed=a.seed, with_speed=not a.no_speed,
+                        timed_speed=a.timed_speed, isolation=not a.no_isolation,
+                        cache_dir=a.cache_dir, limits=Limits())
+
+
+def typed_job(a) -> Job:
+    """The one submission a person named on the command line, as a job."""
+    return Job(submission=a.submission, cwd=os.getcwd(), grader_log="", log=a.log or "",
+               assignment=a.assignment, only=a.only.split(",") if a.only else None,
+               folder=a.folder)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m autograder.judge")
     ap.add_argument("submission", nargs="?")
     ap.add_argument("--serve", action="store_true",
-                    help="grade one Job record from stdin after another (a warm grader)")
+                    help="grade one Job record from stdin after another (a warm grader); its "
+                         "options come first on stdin, as one options record, and no other "
+                         "flag is taken")
     ap.add_argument("--assignment")
     ap.add_argument("--only", help="comma-separated functions to grade")
     ap.add_argument("--seed", type=int, default=None, help="default: a fresh secret seed")
@@ -285,23 +312,26 @@ def main(argv=None) -> int:
     ap.add_argument("--no-isolation", action="store_true")
     ap.add_argument("--folder", action="store_true",
                     help="the submission's folder is the student's own: the worker sees it")
-    ap.add_argument("--skip", default="")
-    ap.add_argument("--serial", default="",
-                    help="comma-separated functions graded with nothing overlapping (their last "
-                         "fault had no single owner)")
-    ap.add_argument("--statement-timeout", type=float, default=20.0)
-    ap.add_argument("--load-timeout", type=float, default=120.0)
-    ap.add_argument("--export-timeout", type=float, default=120.0)
-    ap.add_argument("--output-mb", type=int, default=32,
-                    help="largest file the student's code may write (its log included)")
-    ap.add_argument("--address-space-mb", type=int, default=None)
-    ap.add_argument("--memory-mb", type=int, default=6144,
-                    help="resident memory of the student's sandbox, all processes together")
     ap.add_argument("--log", help="the untrusted worker's output goes here")
     ap.add_argument("--cache-dir")
     ap.add_argument("--warm", action="append", default=None, metavar="ASSIGNMENT",
                     help="only compile the baselines (of these assignments; 'all' for every one)")
     a = ap.parse_args(argv)
+    if a.serve:
+        typed = sorted(k for k, v in vars(a).items() if k != "serve" and v != ap.get_default(k))
+        if typed:
+            ap.error(f"--serve takes its options from its stdin (an options record), not from "
+                     f"the command line: {', '.join(typed)} given")
+    elif a.warm is None and not a.submission:
+        ap.error("a submission is required")
+    if a.serve:
+        try:
+            opts = read_options(sys.stdin.buffer)
+        except RecordError as e:
+            print(f"python -m autograder.judge --serve: {e}", file=sys.stderr)
+            return 2
+    else:
+        opts = typed_options(a)
     out = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
@@ -310,27 +340,26 @@ def main(argv=None) -> int:
         out.write(record.to_line())
         out.flush()
 
-    if a.warm is None and not a.serve and not a.submission:
-        ap.error("a submission is required")
     def setup() -> None:
         from ..core.devices import setup_devices
 
         setup_devices()
-        enable_cache(a.cache_dir)
+        enable_cache(opts.cache_dir)
 
     if a.serve:
-        return serve(a, send, setup)
-    exporter = exporter_for(a) if a.warm is None else None  # it loads while JAX starts here
+        return serve(opts, send, setup)
+    job = typed_job(a) if a.warm is None else None
+    exporter = exporter_for(job, opts) if job is not None else None  # it loads while JAX starts
     setup()
     if a.warm is not None:
-        warm([w for w in a.warm if w != "all"], with_speed=not a.no_speed)
+        warm([w for w in a.warm if w != "all"], with_speed=opts.with_speed)
         return 0
     from . import timing
 
     timing.add("start (this process and JAX)", time.perf_counter() - _T0)
     with timing.phase("grading"):
-        run(a, send, exporter)
-    timing.write(a.assignment or Path(a.submission).stem)
+        run(job, opts, send, exporter)
+    timing.write(job.assignment or Path(job.submission).stem)
     return 0
 
 

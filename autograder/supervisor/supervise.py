@@ -135,7 +135,7 @@ READY_S = 10.0
 
 @dataclass
 class _Judge:
-    """A trusted grader process in ``--serve`` mode, started with ``key`` as its options."""
+    """A trusted grader process in ``--serve`` mode, told the options record in ``key``."""
 
     proc: subprocess.Popen
     key: tuple
@@ -173,11 +173,10 @@ class JudgePool:
         """A judge for ``opts``: an idle one started by this thread with the same options,
         limits and environment that says it is ready, else a new one (whose output before its
         first job goes to ``log``)."""
-        argv = opts.argv()
+        told = opts.judge_options().to_line()  # its options, limits included
         # a judge dies with the thread that started it (the parent-death signal is a
         # thread's), so only that thread is given it again
-        key = (tuple(argv), tuple(sorted(opts.limits.to_dict().items())),
-               tuple(sorted(os.environ.items())), threading.get_ident())
+        key = (told, tuple(sorted(os.environ.items())), threading.get_ident())
         while True:
             with self._lock:
                 judge = next((j for j in reversed(self._idle) if j.key == key), None)
@@ -189,11 +188,15 @@ class JudgePool:
                 judge.ready = False
                 return judge
             _end(judge)
-        cmd = [sys.executable, "-m", "autograder.judge", "--serve", *argv]
+        cmd = [sys.executable, "-m", "autograder.judge", "--serve"]
         with open(log, "ab") as logf:
             proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                     stderr=logf, cwd=log.parent, start_new_session=True,
                                     env=judge_env(), preexec_fn=_preexec(opts.limits))
+        try:  # its options first (a line the fresh pipe takes at once), then its jobs
+            os.write(proc.stdin.fileno(), told.encode())
+        except OSError:  # gone already: it cannot take its job either, which says so
+            pass
         os.set_blocking(proc.stdin.fileno(), False)
         with self._lock:
             self.started += 1

@@ -31,10 +31,12 @@ def _reply_channel():
 
 
 def main(argv=None) -> int:
+    from ..core.records import Limits
+
     ap = argparse.ArgumentParser(prog="python -m autograder.worker")
     ap.add_argument("submission", type=Path)
     ap.add_argument("--skip", default="", help="comma-separated statement indices not to run")
-    ap.add_argument("--statement-timeout", type=float, default=20.0)
+    ap.add_argument("--statement-timeout", type=float, default=Limits.statement_s)
     ap.add_argument("--execute", action="store_true",
                     help="run the whole notebook (in a copy of its folder) and send it back")
     ap.add_argument("--cell-timeout", type=float, default=300.0)
