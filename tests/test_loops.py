@@ -373,6 +373,44 @@ def test_received_checksums_change_only_where_the_changed_row_arrives():
     assert changed.tolist() == [4, 5], changed
 
 
+def _exchange_once(x):
+    """Per device of a 4x2 mesh: one all_to_all over X of its [4, 3] rows, nothing computed
+    on them (a NaN's bits arrive as they were sent)."""
+    mesh = make_mesh(4, 2)
+    return jax.jit(jax.shard_map(lambda v: jax.lax.all_to_all(v, "X", 0, 0, tiled=True),
+                                 mesh=mesh, in_specs=P("X"), out_specs=P("X"),
+                                 check_vma=False))(x)
+
+
+def test_received_digests_are_keyed_and_read_bits():
+    """``loops.received``'s digest: the same under one key (in two instrumented copies), other
+    under another; it reads a float's bits (two NaNs differ; two bfloat16s one bit apart, as
+    XLA's CPU exchanges bfloat16 NaNs made canonical), -0.0 as 0.0, and the change shows only
+    where the changed row arrives."""
+    mesh = make_mesh(4, 2)
+    place = lambda v: jax.device_put(v, NamedSharding(mesh, P("X")))  # noqa: E731
+    for dtype, one, other in ((np.float32, 0x7FC00000, 0x7FC00001),
+                              (jnp.bfloat16, 0x3F80, 0x3F81)):
+        ints = np.uint32 if dtype == np.float32 else np.uint16
+        x = np.arange(48, dtype=np.float32).reshape(16, 3).astype(dtype)
+        x[1 * 4 + 2, 1] = np.array(one, ints).view(dtype)
+        y = x.copy()
+        y[1 * 4 + 2, 1] = np.array(other, ints).view(dtype)
+        negzero = x.copy()
+        negzero[0, 0] = -0.0
+        exp = _export(_exchange_once, place(x))
+        key = loops.new_key()
+        sets = [[place(v)] for v in (x, y, negzero)]
+        sums = loops.received(exp, sets, (4, 2), ("X", "Y"), key=key)
+        again = loops.received(exp, sets[:1], (4, 2), ("X", "Y"), key=key)[0]
+        np.testing.assert_array_equal(sums[0], again)
+        np.testing.assert_array_equal(sums[0], sums[2])
+        assert np.flatnonzero(sums[0][:, 0] != sums[1][:, 0]).tolist() == [4, 5], dtype
+        fresh = loops.received(exp, sets[:1], (4, 2), ("X", "Y"))[0]
+        assert not np.array_equal(sums[0], fresh)  # another key: other digests
+    assert loops.new_key() != loops.new_key() and len(loops.new_key()) == loops.KEY_WORDS
+
+
 def _exchange_while(a, k):
     """Per device of a 4x2 mesh: as many rounds as the largest count along X (a data-dependent
     while loop), each an all_to_all over X of a's rows, summed."""
@@ -409,7 +447,8 @@ def test_one_instrumented_copy_counts_and_weighs_the_exchanges():
         compiled = jax.jit(f).lower(*arg_sets[0]).compile()
         return [compiled(*s) for s in arg_sets]
 
-    runs = loops.count_and_receive(exp, sets, run_all=run_all)
+    key = loops.new_key()
+    runs = loops.count_and_receive(exp, sets, run_all=run_all, key=key)
     assert len(compiles) == 1 and len(runs) == 3
     for got, args in zip(runs, sets, strict=True):
         alone = loops.count_run(exp, args)
@@ -420,7 +459,7 @@ def test_one_instrumented_copy_counts_and_weighs_the_exchanges():
     assert runs[0].trips() == (3,) and runs[2].trips() == (5,)
     sums = [r.received((4, 2), ("X", "Y")) for r in runs]
     np.testing.assert_array_equal(
-        sums[0], loops.received(exp, sets[:1], (4, 2), ("X", "Y"))[0])
+        sums[0], loops.received(exp, sets[:1], (4, 2), ("X", "Y"), key=key)[0])
     assert np.flatnonzero(sums[0][:, 0] != sums[1][:, 0]).tolist() == [4, 5]
 
 

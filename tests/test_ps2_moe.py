@@ -210,6 +210,32 @@ def test_exchange_padded_to_s_fails_memory(path):
     assert not mem.passed and "all-gathered copy of A" in mem.message
 
 
+@pytest.mark.parametrize("path", [FIX / "wrong_compensated_gather.py"])
+def test_words_cancelling_a_linear_checksum_leave_the_exchange_rule_seeing(path):
+    """The all-gather in all_to_all's clothing that appends, to each slot, the word cancelling
+    the slot's share of a checksum linear in the received bits (public odd weights per
+    position): its slots do add 0 to that checksum (the attack's premise), and the perturbed
+    rerun, comparing keyed non-linear digests, still sees what the groups receive: structure
+    fails with the rule's message (the attack had 4.32/5 and 3.45/4 against the linear one)."""
+    compensated, golden = _ns(str(path))["_compensated"], _ns(str(path))["GOLDEN"]
+    rows = np.random.default_rng(0).standard_normal((5, 3)).astype(np.float32)
+    rows[1, 1] = -0.0
+    for nx, gx in ((2, 1), (4, 3)):
+        slot = np.asarray(compensated(jnp.asarray(rows), nx, jnp.int32(gx)))[0]
+        bits = slot.view(np.uint32).reshape(-1).astype(np.uint64)
+        bits[bits == 0x80000000] = 0
+        pos = gx * slot.size + np.arange(slot.size, dtype=np.uint64)
+        weights = ((2 * pos + 1) * golden) % 2**32
+        assert int(np.sum((bits * weights) % 2**32)) % 2**32 == 0
+        np.testing.assert_array_equal(slot[:5], rows)
+    for name in ("moe_all_to_all", "moe_topk"):
+        res = grade(path, name)
+        assert check(res, "numerics").passed, res.report()
+        st = check(res, "structure")
+        assert not st.passed and "only the tokens routed to its experts" in st.message, \
+            st.message
+
+
 @pytest.mark.parametrize("path", [FIX / "wrong_one_round.py"])
 def test_one_round_without_a_loop_fails_the_many_rounds_edge_case(path):
     """Every small random case fits in one round of 128; the edge case with 320 tokens per

@@ -66,7 +66,7 @@ class Tag:
     """What one extra result of a counting program holds: loop ``loop``'s iterations summed
     over its entries (``kind='trips'``), how many times it was entered (``'entries'``), its
     most iterations in one entry (``'most'``), or how many times branch ``branch`` of
-    conditional ``loop`` ran (``'branch'``), or the checksum of what all_to_all ``loop``
+    conditional ``loop`` ran (``'branch'``), or the digest of what all_to_all ``loop``
     delivered (``'received'``, :func:`received_module`). ``manual``: the
     mesh axes of the shard_map it came out of (one entry per device along them), if any."""
 
@@ -311,9 +311,11 @@ def _parse(text: str):
     return ctx, module
 
 
-def counting_module(text: str, branches: bool = False, received: bool = False):
+def counting_module(text: str, branches: bool = False, received: bool = False,
+                    key: Sequence[int] | None = None):
     """(module, tags): ``text`` with every loop's count (and with ``branches``, every
-    conditional's branch counts; with ``received``, the checksums of :func:`received_module`)
+    conditional's branch counts; with ``received``, the digests of :func:`received_module`,
+    keyed by ``key`` or a fresh key)
     handed out of ``@main`` (see module doc). The module lives in its own MLIR context;
     ``tags`` describe the extra results, in their order."""
     ctx, module = _parse(text)
@@ -335,7 +337,7 @@ def counting_module(text: str, branches: bool = False, received: bool = False):
         _unmark(module)
         tags = list(esc.tags)
         if received:  # after the counters: a second escaper appends its results after theirs
-            tags += _weigh_exchanges(module)
+            tags += _weigh_exchanges(module, new_key() if key is None else key)
         if not module.operation.verify():
             raise LoopCountError("the counting program does not verify")
     return module, tags
@@ -475,7 +477,7 @@ class CountedRun:
         for tag, v in zip(self.tags, self.values, strict=True):
             positions = _positions(tag, v, shape, axis_names, "counts")
             if tag.kind in ("most", "received"):
-                continue  # the model's reading (trips()), the checksums' (received())
+                continue  # the model's reading (trips()), the digests' (received())
             for d, at in enumerate(positions):
                 c, x = per[d], int(v[at])
                 if tag.kind == "trips":
@@ -490,10 +492,11 @@ class CountedRun:
         return per
 
     def received(self, mesh_shape: Sequence[int], axis_names: Sequence[str]) -> np.ndarray:
-        """[device (row-major id), exchange]: the checksum of what each device received from
-        each all_to_all (tags ``'received'``, :func:`received_module`)."""
+        """[device (row-major id), exchange]: the digest of what each device received from
+        each all_to_all (tags ``'received'``, :func:`received_module`; comparable between the
+        runs of one instrumented program, whose key they share)."""
         shape = tuple(int(s) for s in mesh_shape) or (1,)
-        cols = [np.asarray(v, np.int64)[_positions(tag, v, shape, axis_names, "checksums")]
+        cols = [np.asarray(v, np.int64)[_positions(tag, v, shape, axis_names, "digests")]
                 for tag, v in zip(self.tags, self.values, strict=True)
                 if tag.kind == "received"]
         n_dev = int(np.prod(shape, dtype=np.int64))
@@ -578,69 +581,129 @@ def _exchanges(module) -> list:
     return found
 
 
-def _checksum(value, ip):
-    """An i32 scalar that any change of ``value``'s bits changes (but for a 2**-32 chance): its
-    elements read as i32 (a float's bits, -0.0 read as 0.0), each times an odd weight of its
-    position, summed with wrap-around (an odd weight is invertible modulo 2**32)."""
+#: how many 32-bit words a digest key holds (:func:`new_key`)
+KEY_WORDS = 9
+
+
+def new_key() -> tuple[int, ...]:
+    """A fresh key for :func:`_digest` (``KEY_WORDS`` words, as signed 32-bit integers), drawn
+    from the operating system's secure source by the grader when it instruments a program,
+    after the program's text is fixed: nothing the program computes can depend on it."""
+    import secrets
+
+    return tuple(secrets.randbits(32) - 2**31 for _ in range(KEY_WORDS))
+
+
+def _words(value, ip):
+    """``value``'s elements as i32 words, each word bit for bit (a 64-bit element is two
+    words, a narrower one sign- or zero-extended; a float read as its bits, so two NaNs or two
+    values that compare equal but differ in bits are different words), except a float's -0.0,
+    read as 0.0 (a zeroed slot of a negative row is x * 0, and XLA folds x + 0.0)."""
     typ = ir.RankedTensorType(value.type)
     shape, et = list(typ.shape), typ.element_type
     i32 = ir.IntegerType.get_signless(32)
-    ints = ir.RankedTensorType.get(shape, i32)
-    if isinstance(et, (ir.F16Type, ir.BF16Type, ir.F32Type, ir.F64Type)):
-        f32 = ir.F32Type.get()
-        floats = ir.RankedTensorType.get(shape, f32)
-        x = value if isinstance(et, ir.F32Type) else hlo.ConvertOp(floats, value, ip=ip).result
-        x = hlo.BitcastConvertOp(ints, x, ip=ip).result
-        # -0.0 (a zeroed slot of a negative row: x * 0) is 0.0, in integers (XLA folds x + 0.0)
-        negzero = hlo.CompareOp(x, _const(-2**31, ints, ip),
-                                hlo.ComparisonDirectionAttr.get("EQ"), ip=ip).result
-        x = hlo.SelectOp(negzero, _const(0, ints, ip), x, ip=ip).result
-    elif isinstance(et, ir.IntegerType):
-        x = (hlo.BitcastConvertOp(ints, value, ip=ip).result if et.width == 32
-             else hlo.ConvertOp(ints, value, ip=ip).result)
-    else:
+    if isinstance(et, ir.FloatType):
+        width = ir.FloatType(et).width
+        if width not in (8, 16, 32, 64):
+            raise LoopCountError(f"an all_to_all of {et} cannot be weighed")
+        ints = ir.RankedTensorType.get(shape, ir.IntegerType.get_signless(width))
+        x = hlo.BitcastConvertOp(ints, value, ip=ip).result
+        if "FNUZ" not in str(et) and "E8M0" not in str(et):  # types that have a -0.0
+            negzero = hlo.CompareOp(x, _const(-2**(width - 1), ints, ip),
+                                    hlo.ComparisonDirectionAttr.get("EQ"), ip=ip).result
+            x = hlo.SelectOp(negzero, _const(0, ints, ip), x, ip=ip).result
+        value, et = x, ir.IntegerType.get_signless(width)
+    if not isinstance(et, ir.IntegerType):
         raise LoopCountError(f"an all_to_all of {et} cannot be weighed")
-    pos = _const(0, ints, ip)
+    width = ir.IntegerType(et).width
+    if width == 64:
+        return hlo.BitcastConvertOp(ir.RankedTensorType.get(shape + [2], i32), value,
+                                    ip=ip).result
+    if width > 64:
+        raise LoopCountError(f"an all_to_all of {et} cannot be weighed")
+    ints = ir.RankedTensorType.get(shape, i32)
+    return (hlo.BitcastConvertOp(ints, value, ip=ip).result if width == 32
+            else hlo.ConvertOp(ints, value, ip=ip).result)
+
+
+def _digest(value, key: Sequence[int], ip, start: int = 0):
+    """An i32 scalar, a keyed non-linear digest of ``value``'s bits (:func:`_words`): each word
+    is mixed with a keyed function of its position (xor, then a multiply by a keyed odd
+    multiplier of the position, then multiply-xorshift rounds with keyed odd multipliers),
+    and the mixed words are summed, wrapping. Without the key (drawn by the grader after the
+    program is fixed, :func:`new_key`) no program can tell what a word adds to the sum, so
+    none can append words that cancel what it sends (as it could against a sum of words times
+    public weights, linear in the bits); two inputs whose words differ get different digests
+    but for a chance of about 2**-32. ``start``: the position of the first word (an op's
+    second result continues where its first ended)."""
+    x = _words(value, ip)
+    typ = ir.RankedTensorType(x.type)
+    shape = list(typ.shape)
+    k = list(key)
+    if len(k) != KEY_WORDS:
+        raise ValueError(f"a digest key has {KEY_WORDS} words, not {len(k)}")
+
+    def c(v):
+        return _const(((int(v) + 2**31) % 2**32) - 2**31, typ, ip)
+
+    def odd(v):
+        return c(int(v) | 1)
+
+    def mul(a, b):
+        return hlo.MulOp(a, b, ip=ip).result
+
+    def xorshift(a, n):
+        return hlo.XorOp(a, hlo.ShiftRightLogicalOp(a, c(n), ip=ip).result, ip=ip).result
+
+    def rounds(a, m1, m2):  # murmur3's finalizer, its multipliers keyed
+        return xorshift(mul(xorshift(mul(xorshift(a, 16), m1), 13), m2), 16)
+
+    pos = c(start)
     stride = 1
     for dim in reversed(range(len(shape))):
-        at = hlo.IotaOp(ints, dim, ip=ip).result
-        pos = hlo.AddOp(pos, hlo.MulOp(at, _const(stride, ints, ip), ip=ip).result, ip=ip).result
+        at = hlo.IotaOp(typ, dim, ip=ip).result
+        pos = hlo.AddOp(pos, mul(at, c(stride)), ip=ip).result
         stride *= int(shape[dim])
-    odd = hlo.AddOp(hlo.MulOp(pos, _const(2, ints, ip), ip=ip).result, _const(1, ints, ip),
-                    ip=ip).result
-    weight = hlo.MulOp(odd, _const(-1640531535, ints, ip), ip=ip).result  # 0x9E3779B1, odd
-    prod = hlo.MulOp(x, weight, ip=ip).result
+    # per position: a keyed mask and a keyed odd multiplier, non-linear in the position
+    mask = rounds(hlo.AddOp(mul(pos, odd(k[0])), c(k[1]), ip=ip).result, odd(k[2]), odd(k[3]))
+    mult = hlo.OrOp(rounds(hlo.XorOp(mask, c(k[4]), ip=ip).result, odd(k[5]), odd(k[6])),
+                    c(1), ip=ip).result
+    # a bijection of the word at each position: a change of one word always shows
+    h = rounds(mul(hlo.XorOp(x, mask, ip=ip).result, mult), odd(k[7]), odd(k[8]))
     scalar = _i32()
-    red = hlo.ReduceOp([scalar], [prod], [_const(0, scalar, ip)], list(range(len(shape))), ip=ip)
+    red = hlo.ReduceOp([scalar], [h], [_const(0, scalar, ip)], list(range(len(shape))), ip=ip)
     body = red.regions[0].blocks.append(scalar, scalar)
     inner = ir.InsertionPoint(body)
     hlo.ReturnOp([hlo.AddOp(body.arguments[0], body.arguments[1], ip=inner).result], ip=inner)
     return red.result
 
 
-def received_module(text: str):
+def received_module(text: str, key: Sequence[int] | None = None):
     """(module, tags): ``text`` handing out of ``@main``, for each all_to_all (and
-    ragged_all_to_all) in program order, a checksum of what each device received from it,
-    summed (wrapping) over every time it ran (``Tag(i, 'received')``, carried out of loops,
-    branches, calls and shard_maps as the loop counts are): two runs whose results a device
-    received from the exchanges differ give it different checksums (but for a 2**-32 chance)."""
+    ragged_all_to_all) in program order, a digest of what each device received from it
+    (:func:`_digest`, keyed by ``key``: a fresh one, :func:`new_key`, unless given), summed
+    (wrapping) over every time it ran (``Tag(i, 'received')``, carried out of loops, branches,
+    calls and shard_maps as the loop counts are): two runs of this module whose results a
+    device received from the exchanges differ give it different digests (but for a 2**-32
+    chance). Digests of two modules are comparable only when both were made with one key."""
     ctx, module = _parse(text)
     with ctx, ir.Location.unknown():
-        tags = _weigh_exchanges(module)
+        tags = _weigh_exchanges(module, new_key() if key is None else key)
         if not module.operation.verify():
             raise LoopCountError("the program weighing its all_to_alls does not verify")
     return module, tags
 
 
-def _weigh_exchanges(module) -> list:
-    """Add :func:`received_module`'s checksums to ``module`` (in its context), handed out of
-    ``@main`` after the results it has: their tags."""
+def _weigh_exchanges(module, key: Sequence[int]) -> list:
+    """Add :func:`received_module`'s digests (keyed by ``key``) to ``module`` (in its context),
+    handed out of ``@main`` after the results it has: their tags."""
     sums = []
     for op in _exchanges(module):
         ip = ir.InsertionPoint.after(op)
-        total = None
+        total, start = None, 0
         for r in op.results:
-            s = _checksum(r, ip)
+            s = _digest(r, key, ip, start)
+            start += int(np.prod(ir.RankedTensorType(r.type).shape, dtype=np.int64)) * 2
             total = s if total is None else hlo.AddOp(total, s, ip=ip).result
         sums.append(total)
     esc = _Escaper(module)
@@ -650,12 +713,14 @@ def _weigh_exchanges(module) -> list:
 
 
 def received(exported, arg_sets: Sequence[Sequence], mesh_shape: Sequence[int],
-             axis_names: Sequence[str], run_all: Callable | None = None) -> list[np.ndarray]:
-    """Per argument set of ``arg_sets`` (placed arrays), the checksums of what each device
-    received from each all_to_all (:func:`received_module`), as an array [device (row-major
-    id), exchange]; one compiled program runs them all (``run_all(fn, arg_sets)``: its outputs
-    per set; default ``jax.jit``)."""
-    module, tags = received_module(exported.mlir_module())
+             axis_names: Sequence[str], run_all: Callable | None = None,
+             key: Sequence[int] | None = None) -> list[np.ndarray]:
+    """Per argument set of ``arg_sets`` (placed arrays), the digests of what each device
+    received from each all_to_all (:func:`received_module`, keyed by ``key``: a fresh one for
+    each call unless given), as an array [device (row-major id), exchange]; one compiled
+    program runs them all (``run_all(fn, arg_sets)``: its outputs per set; default
+    ``jax.jit``), so the sets' digests are comparable with each other."""
+    module, tags = received_module(exported.mlir_module(), key)
     if not tags:
         return [np.zeros((int(np.prod(mesh_shape, dtype=np.int64)), 0), np.int32)
                 for _ in arg_sets]
@@ -664,14 +729,17 @@ def received(exported, arg_sets: Sequence[Sequence], mesh_shape: Sequence[int],
 
 
 def count_and_receive(exported, arg_sets: Sequence[Sequence],
-                      run_all: Callable | None = None) -> list[CountedRun]:
+                      run_all: Callable | None = None,
+                      key: Sequence[int] | None = None) -> list[CountedRun]:
     """Per argument set of ``arg_sets`` (placed arrays, all of one signature), the
     :class:`CountedRun` of one program that both counts (:func:`count_run`'s, branches
-    included) and weighs what its all_to_alls deliver (:func:`received`'s checksums, read with
-    :meth:`CountedRun.received`): the structure reading of a program with loops or branches
-    whose exchanges are also measured on perturbed inputs compiles one instrumented copy, not
-    two. ``run_all(fn, arg_sets)``: the outputs per set (default ``jax.jit``, compiled once)."""
-    module, tags = counting_module(exported.mlir_module(), branches=True, received=True)
+    included) and weighs what its all_to_alls deliver (:func:`received`'s digests, keyed as
+    there, read with :meth:`CountedRun.received`): the structure reading of a program with
+    loops or branches whose exchanges are also measured on perturbed inputs compiles one
+    instrumented copy, not two. ``run_all(fn, arg_sets)``: the outputs per set (default
+    ``jax.jit``, compiled once)."""
+    module, tags = counting_module(exported.mlir_module(), branches=True, received=True,
+                                   key=key)
     if not tags:
         return [CountedRun([], []) for _ in arg_sets]
     return _run_instrumented(exported, module, tags, arg_sets, run_all)
