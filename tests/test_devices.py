@@ -91,6 +91,39 @@ def test_the_static_check_sees_each_raw_call(tmp_path):
                            "jax.jit"], got
 
 
+CALLS = PACKAGE / "core" / "calls.py"
+#: copies of the call shape not yet moved onto autograder.core.calls: the judge's (the lead
+#: switches judge/grading.py's _bind after the split of that module), then this set is empty
+NOT_YET_ON_CALLS = {PACKAGE / "judge" / "grading.py"}
+
+
+def mesh_bindings(path, root=ROOT) -> list[str]:
+    """``file:line`` of each ``functools.partial(..., mesh=...)`` in ``path`` (also through
+    ``from functools import partial``): a second copy of the call shape's binding rule."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if (isinstance(node, ast.Call) and _dotted(node.func)[-1:] == ("partial",)
+                and any(k.arg == "mesh" for k in node.keywords)):
+            out.append(f"{path.relative_to(root)}:{node.lineno}: partial(..., mesh=...) "
+                       "(use autograder.core.calls.Call(...).bound)")
+    return out
+
+
+@pytest.mark.orchestration
+def test_the_mesh_is_bound_only_by_the_call_shape(tmp_path):
+    """No module of the package but :mod:`autograder.core.calls` binds ``mesh=`` with
+    ``functools.partial``: whether ``mesh=`` is passed is the problem's declaration, read in
+    one place (two rules once made an export name the wrong platform). The check sees both
+    spellings."""
+    found = [line for path in sorted(PACKAGE.rglob("*.py"))
+             if path != CALLS and path not in NOT_YET_ON_CALLS for line in mesh_bindings(path)]
+    assert not found, "\n".join(found)
+    bad = tmp_path / "bad.py"
+    bad.write_text("import functools\nfrom functools import partial\n"
+                   "functools.partial(f, mesh=m)\npartial(f, 1, mesh=m)\npartial(f, m)\n")
+    assert sorted(int(line.split(":")[1]) for line in mesh_bindings(bad, tmp_path)) == [3, 4]
+
+
 #: run with the trap on PYTHONPATH: the self-check of a ring, an MoE exchange and a
 #: shard_map answer with the notebooks' tools, then a grading in a judge process
 ON_A_FOREIGN_DEFAULT = r'''

@@ -23,7 +23,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from ..core import devices
+from ..core.calls import Call, CallShape
 from ..core.compare import (
     compare_values,
     copies_disagree,
@@ -224,14 +224,15 @@ def problem(name: str):
         speed_layout=tuple(spec.get("speed_layout", (2, 4))))
 
 
-def _structure(rules, f, placed, static, mesh, prob, inputs, compiled: str):
-    """The registry's structure rules on the program ``f`` is, read as the grader reads it
+def _structure(rules, call, placed, mesh, prob, inputs, compiled: str):
+    """The registry's structure rules on the program ``call`` (a
+    :class:`~autograder.core.calls.Call`) makes of ``placed``, read as the grader reads it
     (:mod:`autograder.course.reading`: its exported StableHLO, loops and branches counted on
     the case ``inputs``; ``compiled``: the text of its compiled module): ``(problem, refused)``,
     problem None when they hold, else what to change; refused: the op table refused the program
     (then the grader fails speed with structure)."""
     __tracebackhide__ = True  # pytest shows the check's message, not this frame
-    exported, dynamic = export_for_reading(f, placed, static)
+    exported, dynamic = export_for_reading(call, placed)
     paths = read_paths(exported, mesh if prob.uses_mesh else None, compiled, dynamic, inputs,
                        run=runner(FAST_CPU_COMPILE), perturbations=perturbations_of(rules))
     if paths.error is not None:
@@ -354,7 +355,7 @@ def run_checks(name: str, fn, *, layouts=LAYOUTS, cases: int = 2, seed: int | No
     make_case, reference = _function(spec["case"]), _function(spec["reference"])
     in_specs = [None if s is None else PartitionSpec(*s) for s in spec["in_specs"]]
     out_spec = PartitionSpec(*spec["out_spec"])
-    static = tuple(i for i, s in enumerate(in_specs) if s is None)
+    shape = CallShape(tuple(in_specs), bool(spec["uses_mesh"]), out_spec, name)
     make_edges = _function(spec["edges"]) if spec.get("edges") else None
     rules = [decode_rule(r) for r in spec.get("rules", ())]
     names = check_names(name)
@@ -374,24 +375,18 @@ def run_checks(name: str, fn, *, layouts=LAYOUTS, cases: int = 2, seed: int | No
                      for c in make_edges(rng, x, y)]
         for args, label in runs:
             want = np.asarray(reference(args, x, y))
-            placed = []
-            for a, s in zip(args, in_specs, strict=True):
-                if s is None:
-                    placed.append(a)
-                else:
-                    placed.append(devices.place(a, mesh, s if spec["uses_mesh"] else None))
+            call = Call(shape, fn, mesh)
+            placed = call.place(args)
             on = f" on mesh {x}x{y}" if spec["uses_mesh"] else ""
             where = (f"{name}{on} with "
                      + ", ".join(f"{k}={list(a.shape) if hasattr(a, 'shape') else a}"
                                  for k, a in zip(spec["args"], args)) + label)
-            f = functools.partial(fn, mesh=mesh) if spec["uses_mesh"] else fn
             try:
                 with _time_limit(time_limit, where):
                     # compiled as the grader compiles its numerics programs (on CPU: without
                     # LLVM's heavy passes, about 3x quicker to compile; elsewhere as XLA would)
-                    compiled = devices.lower(f, *placed, static_argnums=static).compile(
-                        on_cpu(FAST_CPU_COMPILE))
-                    out = compiled(*[a for i, a in enumerate(placed) if i not in static])
+                    compiled = call.lower(placed).compile(on_cpu(FAST_CPU_COMPILE))
+                    out = compiled(*call.dynamic(placed))
             except CheckFailed as e:  # an endless loop, stopped
                 found["numerics"], raised = str(e), True
                 break
@@ -424,8 +419,8 @@ def run_checks(name: str, fn, *, layouts=LAYOUTS, cases: int = 2, seed: int | No
                 found["numerics"] = f"{where}: {msg}{again}"
                 break
             if rules and args is runs[0][0] and "structure" not in found:  # once per mesh
-                bad, refused_here = _structure(rules, f, placed, static, mesh, problem(name),
-                                               args, compiled.as_text())
+                bad, refused_here = _structure(rules, call, placed, mesh, problem(name), args,
+                                               compiled.as_text())
                 if bad is not None:
                     found["structure"] = f"{where}: {bad}{again}"
                     refused = refused or refused_here

@@ -22,7 +22,7 @@ from typing import Optional
 
 import numpy as np
 
-from ..core import devices
+from ..core.calls import Call
 from ..core.results import MEASURED_NEED_STRUCTURE
 from .api import Modeled, compare
 from .plot import plot_timelines
@@ -334,16 +334,10 @@ def case_args(problem, mesh, *, shape=None, dtype=None, seed: int = 0,
         raw = [np.zeros(tuple(sizes[c] for c in d), np.float32) for d in dims]
     else:
         raw = list(problem.case(np.random.default_rng(seed), x, y, size).args)
-    out = []
-    for a, spec in zip(raw, problem.in_specs):
-        if spec is None or not isinstance(a, np.ndarray):
-            out.append(a)
-            continue
-        arr = np.asarray(a)  # cast here: jnp would compute on JAX's default device
-        if dtype is not None and np.issubdtype(arr.dtype, np.floating):
-            arr = arr.astype(dtype)
-        out.append(devices.place(arr, mesh, spec if problem.uses_mesh else None))
-    return out
+    if dtype is not None:  # cast here: jnp would compute on JAX's default device
+        raw = [a.astype(dtype) if isinstance(a, np.ndarray)
+               and np.issubdtype(a.dtype, np.floating) else a for a in raw]
+    return Call.of(problem, mesh=mesh).place(raw)
 
 
 def baseline_figures(problem, chips=None) -> dict:

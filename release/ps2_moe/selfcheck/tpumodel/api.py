@@ -7,7 +7,6 @@ merge chunked collectives or make them asynchronous. Both are then costed by the
 """
 from __future__ import annotations
 
-import functools
 import glob
 import os
 import shutil
@@ -274,28 +273,22 @@ def compare(problem, fn, mesh, args, *, chip=None, program=False,
 def baseline_hlo(problem, mesh, args) -> str:
     """The partitioned per-device module of the problem's jit baseline on placed ``args``
     (with the problem's output sharding), ready for :func:`model_hlo` on any chip."""
-    from jax.sharding import NamedSharding
+    from ..core.calls import Call
 
-    fn = functools.partial(problem.baseline, mesh=mesh) if problem.uses_mesh else problem.baseline
-    outs = NamedSharding(mesh, problem.out_spec) if problem.uses_mesh else None
-    return partitioned_hlo(fn, args, static_argnums=problem.static_argnums, out_shardings=outs)
+    return compile_partitioned(Call.of(problem, problem.baseline, mesh).lower(
+        args, out_sharding=True))[1]
 
 
 def model_student(problem, fn, mesh, args, *, chip=None, program=False) -> Modeled:
     """The student's side of :func:`compare` alone (a loop the data steers is counted on
     ``args`` and modeled with that count)."""
-    bind = (lambda f: functools.partial(f, mesh=mesh)) if problem.uses_mesh else (lambda f: f)
+    from ..core.calls import Call
+
     geo_mesh = mesh if problem.uses_mesh else None
-    dynamic = [a for a, s in zip(args, problem.in_specs, strict=True) if s is not None]
-    static = {i: a for i, (a, s) in enumerate(zip(args, problem.in_specs, strict=True))
-              if s is None}
-    if program:
-        student = fn
-    else:
-        def student(*dyn):  # the student's function of the array arguments alone
-            it = iter(dyn)
-            return bind(fn)(*[static[i] if i in static else next(it)
-                              for i in range(len(args))])
+    call = Call.of(problem, fn, mesh)
+    dynamic = call.dynamic(args)
+    # the student's function of the array arguments alone
+    student = fn if program else call.closed(args)
     try:
         st = model_function(student, dynamic, geo_mesh, chip=chip, name="student")
     except DataDependentLoop:

@@ -21,6 +21,7 @@ from typing import Callable, Iterator, Optional
 import numpy as np
 
 from ..core import devices
+from ..core.calls import Call, CallShape
 from ..core.optable import refusal
 from ..core.program import Program
 from ..core.results import CheckResult
@@ -187,14 +188,9 @@ def _read(exported, dynamic, shape, names, run, count, read) -> Paths:
 
 def export_for_reading(fn, placed: list, static_argnums: tuple = ()):
     """``(exported, dynamic args)`` of ``jax.jit(fn)`` on ``placed`` (static arguments given by
-    position): what the self-check reads, as the sandbox's export is what the grader reads."""
-
-    static = {i: a for i, a in enumerate(placed) if i in static_argnums}
-    dynamic = [a for i, a in enumerate(placed) if i not in static_argnums]
-
-    def bound(*dyn):
-        it = iter(dyn)
-        return fn(*[static[i] if i in static else next(it) for i in range(len(placed))])
-
-    exported = devices.export(bound, *dynamic, keep_unused=True)
-    return exported, dynamic
+    position): what the self-check reads, as the sandbox's export is what the grader reads.
+    ``fn`` is a :class:`~autograder.core.calls.Call` (the self-check's), or a function whose
+    mesh is bound already; both are exported by :meth:`~autograder.core.calls.Call.export`."""
+    call = fn if isinstance(fn, Call) else Call(CallShape.positional(len(placed),
+                                                                     static_argnums), fn)
+    return call.export(placed, keep_unused=True)

@@ -17,11 +17,11 @@ the same thing whatever the size of its inputs passes those as it passes the sma
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Optional
 
 from ..core import devices
+from ..core.calls import Call
 from ..core.errors import describe_error
 from ..core.results import MEASURED_NEED_STRUCTURE, CheckResult, failed, passed, ratio_text
 
@@ -66,10 +66,9 @@ def memory_profile(problem, bar: dict, arg_names, fn) -> Optional[MemoryProfile]
     x, y = bar["layout"]
     mesh = make_mesh(x, y)
     args = case_args(problem, mesh, size="memory")
-    f = functools.partial(fn, mesh=mesh) if problem.uses_mesh else fn
     # compiled as the grader compiles its memory program (XLA's own passes as always, so the
     # same temp bytes; on CPU, LLVM's optimisation lowered: a quicker compile)
-    stats = devices.lower(f, *args, static_argnums=problem.static_argnums).compile(
+    stats = Call.of(problem, fn, mesh).lower(args).compile(
         on_cpu(MEMORY_CPU_COMPILE)).memory_analysis()
     if stats is None:
         return None
@@ -183,8 +182,7 @@ def speed_models(problem, fn, mesh, args, *, chip: str, baseline=None) -> tuple:
     )
 
     geo_mesh = mesh if problem.uses_mesh else None
-    f = functools.partial(fn, mesh=mesh) if problem.uses_mesh else fn
-    exported, dynamic = export_for_reading(f, args, problem.static_argnums)
+    exported, dynamic = export_for_reading(Call.of(problem, fn, mesh), args)
     got = refusal(exported.mlir_module(),
                   tuple(int(mesh.shape[a]) for a in ("X", "Y")) if geo_mesh else None)
     if got is not None:  # as the grader: never priced by a guess
