@@ -81,6 +81,7 @@ def structure_rule(check: Optional[Callable] = None, *, reads: frozenset = froze
 
     return make if check is None else make(check)
 
+
 #: how a passing rule's findings are joined (the structure check groups them by mesh)
 CLAUSES = "; "
 
