@@ -91,6 +91,9 @@ class Problem:
     #: steps of the ring a wrong output's values show to be wrong (references module); called on
     #: public inputs only, as it names blocks and devices
     steps: Optional[Callable] = None
+    #: a baseline kept with the grader, as its modeled figures (the self-check's public problem
+    #: fills it from the public table; the registry's entries hold the baseline itself: None)
+    baseline_model: Optional[dict] = None
 
     def case(self, rng, x: int, y: int, size: str) -> Case:
         c = self.make_case(rng, x, y, size)

@@ -102,7 +102,7 @@ def sharding_line(problem: Problem) -> str:
 
 
 def ring_rules(problem: Problem) -> list:
-    return [r for r in problem.rules if getattr(r, "variant", None) is not None]
+    return [r for r in problem.rules if r.variant is not None]
 
 
 def budget_line(problem: Problem) -> str | None:

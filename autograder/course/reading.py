@@ -16,7 +16,7 @@ judge the same program the same way.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Callable, Iterator, Optional, Sequence
 
 import numpy as np
 
@@ -26,6 +26,10 @@ from ..core.optable import refusal
 from ..core.program import Program
 from ..core.results import CheckResult
 from ..core.stablehlo import ProgramUnreadable, has_control_flow, program_from_exported
+
+if TYPE_CHECKING:
+    from ..core.compiling import Run
+    from .rules.base import Rule
 
 
 @dataclass
@@ -60,22 +64,16 @@ def count_error_text(e: Exception) -> str:
             "and keep loops out of loop conditions")
 
 
-def perturbations_of(rules) -> Optional[Callable]:
-    """The ``perturbations`` a rule among ``rules`` (or a rule a factory combined) asks the
-    reader to measure (:func:`read_paths`), None if none does: only the problems whose rules
-    need the measure pay for its runs."""
-    for rule in rules:
-        found = getattr(rule, "perturbations", None)
-        made = getattr(rule, "made_by", None)
-        if found is None and made is not None:
-            found = perturbations_of([a for a in made[1] if callable(a)])
-        if found is not None:
-            return found
-    return None
+def perturbations_of(rules: Sequence[Rule]) -> Optional[Callable]:
+    """The :attr:`~autograder.course.rules.base.Rule.perturbations` the first rule among
+    ``rules`` that declares some (a rule combining others declares its parts') asks the reader
+    to measure (:func:`read_paths`), None if none does: only the problems whose rules need the
+    measure pay for its runs."""
+    return next((r.perturbations for r in rules if r.perturbations is not None), None)
 
 
 def received_changed(exported, mesh, dynamic, inputs: tuple, perturbations: Callable,
-                     run: Optional[Callable] = None) -> bool:
+                     run: Optional[Run] = None) -> bool:
     """Whether some device received different bits from an all_to_all when the program ran on
     a perturbed input: ``perturbations(inputs, mesh shape)`` lists ``(devices, {dynamic
     argument index: global array})``, each an input whose changes must not reach what those
@@ -86,7 +84,7 @@ def received_changed(exported, mesh, dynamic, inputs: tuple, perturbations: Call
 
 
 def _received_and_counted(exported, mesh, dynamic, inputs: tuple, perturbations: Callable,
-                          run: Optional[Callable], *, count: bool):
+                          run: Optional[Run], *, count: bool):
     """``(received_changed, counted)``: :func:`received_changed`, and with ``count`` the
     :class:`~autograder.tpumodel.loops.CountedRun` of the case's own arrays from the same
     instrumented program (:func:`~autograder.tpumodel.loops.count_and_receive`: one compile
@@ -106,7 +104,7 @@ def _received_and_counted(exported, mesh, dynamic, inputs: tuple, perturbations:
         for i, value in changes.items():
             args[i] = devices.place_like(value, dynamic[i].sharding)
         sets.append(args)
-    run_all = getattr(run, "all", None)
+    run_all = None if run is None else run.all
     counted = None
     if count:
         runs = count_and_receive(exported, sets, run_all=run_all)
@@ -120,13 +118,14 @@ def _received_and_counted(exported, mesh, dynamic, inputs: tuple, perturbations:
 
 
 def read_paths(exported, mesh, compiled_text: str, dynamic, inputs: tuple,
-               run: Optional[Callable] = None,
+               run: Optional[Run] = None,
                count: Optional[Callable[[tuple, tuple], list]] = None,
                perturbations: Optional[Callable] = None) -> Paths:
     """Read ``exported`` (run on the placed ``dynamic`` arrays where it has loops or branches;
     ``inputs``: the case's arguments, for rules that weigh bytes against the input) on
-    ``mesh`` (None for a one-device function). ``run(fn, args)`` runs a program (default
-    ``jax.jit(fn)(*args)``); ``count(mesh shape, axis names)``, where given, is that run's
+    ``mesh`` (None for a one-device function). ``run`` runs a program
+    (:class:`~autograder.core.compiling.Run`; default ``jax.jit(fn)(*args)``);
+    ``count(mesh shape, axis names)``, where given, is that run's
     per-device counts taken by the caller (:meth:`~autograder.tpumodel.loops.CountedRun.per_device`)
     instead. ``perturbations`` (a rule's, :func:`perturbations_of`), where given with a mesh,
     is measured (:func:`received_changed`) into every path's ``received_changed``. A

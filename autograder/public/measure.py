@@ -144,7 +144,7 @@ def kept_baseline(problem, chip_name: str):
     if problem.baseline is not None:
         return None
     x, y = problem.speed_layout
-    kept = getattr(problem, "baseline_model", None)
+    kept = problem.baseline_model
     if kept is None:
         raise ValueError("this self-check holds neither the jit baseline nor its modeled "
                          "figures: rebuild the folder from the course (or ask for one that "

@@ -100,7 +100,7 @@ def tpu_profile(name: str, fn, mesh=None, chip: str = "v5e", shape=None):
                           speed_models)
 
     entry = problem(name)
-    if entry.baseline is None and getattr(entry, "baseline_model", None) is None:
+    if entry.baseline is None and entry.baseline_model is None:
         print(f"{name}: the grader does not compare its speed with a jit baseline")
         return None
     chip_name = get_chip(chip).name

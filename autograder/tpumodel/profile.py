@@ -375,7 +375,7 @@ def profile(fn, problem, mesh=(2, 4), args=None, *, chip=None, shape=None, dtype
 
     problem = _problem(problem)
     mesh = _mesh(mesh)
-    kept = getattr(problem, "baseline_model", None) if problem.baseline is None else None
+    kept = problem.baseline_model if problem.baseline is None else None
     notes = []
     if kept is not None:  # the baseline's code stays with the grader: its figures travel
         st, base, mesh, note = _against_figures(problem, fn, mesh, kept, args, chip=chip,

@@ -1,6 +1,6 @@
 """Structure rules for the mixture-of-experts routing (ps2_moe): how the tokens reach their
-experts. Small pure functions over a traced :class:`~autograder.core.program.Program`, like
-:mod:`autograder.course.rules.base`."""
+experts. Small pure functions over a traced :class:`~autograder.core.program.Program`, each a
+:class:`~autograder.course.rules.base.Rule`, like :mod:`autograder.course.rules.base`'s."""
 from __future__ import annotations
 
 import numpy as np
@@ -30,6 +30,7 @@ def _gathers_over_x(prog):
     return [o for o in prog.collectives("all_gather", axis="X")]
 
 
+@rules.structure_rule
 def gathers_activations_over_x(prog, mesh, problem):
     """moe_allgather: an explicit all_gather over X of the activations."""
     if mesh.shape["X"] == 1:
@@ -72,6 +73,7 @@ def _over_x(o) -> bool:
     return "X" in o.axes or "?" in o.axes
 
 
+@rules.structure_rule
 def no_activation_gather_over_x(prog, mesh, problem):
     """No collective over X but the all_to_all exchange brings a device other groups' tokens in
     bulk: the bytes all of them deliver (loops multiplied out) stay under half of the
@@ -125,6 +127,7 @@ def routed_away_bytes(prog, mesh):
     return away * (a.shape[1] // ny) * a.dtype.itemsize
 
 
+@rules.structure_rule
 def tokens_travel_all_to_all(prog, mesh, problem):
     """The tokens routed to other X-groups travel by all_to_all over X: its runs deliver at
     least half of their bytes (the measured runs, on the input the program was read on)."""
@@ -183,6 +186,8 @@ def unrouted_perturbations(inputs, mesh_shape) -> list[tuple[tuple[int, ...], di
     return out
 
 
+# the reader measures, for this rule, what each group receives on the perturbed inputs
+@rules.structure_rule(reads={rules.RECEIVED_CHANGED}, perturbations=unrouted_perturbations)
 def all_to_all_carries_only_routed_tokens(prog, mesh, problem):
     """Each X-group receives by all_to_all only what its own tokens and the tokens routed to its
     experts decide: the reader ran the program again with the rows of every other token drawn
@@ -206,7 +211,3 @@ def all_to_all_carries_only_routed_tokens(prog, mesh, problem):
                       "rows of the tokens routed to it, and fill the unused slots of a chunk "
                       "with zeros (not with copies of other rows). " + rules.HOW_TO_LOOK)
     return passed("structure", "all_to_all delivers each X-group only its routed tokens")
-
-
-#: the reader measures, for this rule, what each group receives on the perturbed inputs
-all_to_all_carries_only_routed_tokens.perturbations = unrouted_perturbations

@@ -35,7 +35,7 @@ from __future__ import annotations
 from ...core.program import Op, Program, signed_shift
 from ...core.results import CheckResult, failed, passed
 from ..added import added_by_xla
-from .base import CLAUSES, HOW_TO_LOOK, rule_factory, uses_shard_map
+from .base import CLAUSES, HOW_TO_LOOK, Rule, rule_factory, uses_shard_map
 
 #: slack on the byte rules, as a fraction of one block (or tile): rounding and a little
 #: padding fit in it, one whole extra block never does. It is relative on purpose: an absolute
@@ -257,7 +257,7 @@ def ring_budget(variant: str, nx: int, ny: int, arg_info, out_info, *, ring: boo
 
 
 @rule_factory
-def ring_rule(variant: str, *, bidirectional: bool = False):
+def ring_rule(variant: str, *, bidirectional: bool = False) -> Rule:
     """The structure rule for one collective-matmul variant.
 
     ``variant``: 'allgather' (A[B_X, D_Y] @ W[D, F_Y]), 'allreduce' (A[B_X, D_Y] @ W[D_Y, F] ->
@@ -368,7 +368,7 @@ def ring_rule(variant: str, *, bidirectional: bool = False):
             return _fail(f"split the matmul into partial matmuls, at least one per chunk "
                          f"({what}), each running while the next chunk travels (one big matmul "
                          f"before or after the ring cannot overlap with it); {found}.")
-        names = getattr(problem, "arg_names", None) or ("A",)
+        names = problem.arg_names or ("A",)
         weighed = weigh_partials(prog, variant, nx, ny, n_chunks, what, perms, psums, names[0])
         if weighed is not None:
             return weighed
@@ -441,6 +441,6 @@ def ring_rule(variant: str, *, bidirectional: bool = False):
             msg += CLAUSES + CLAUSES.join(notes)
         return passed("structure", msg)
 
-    rule.variant, rule.bidirectional = variant, bidirectional  # read by autograder.course.bars
-    rule.__name__ = f"ring_rule_{variant}{'_bidirectional' if bidirectional else ''}"
-    return rule
+    return Rule(check=rule,
+                name=f"ring_rule_{variant}{'_bidirectional' if bidirectional else ''}",
+                variant=variant, bidirectional=bidirectional)  # read by autograder.course.bars

@@ -137,15 +137,15 @@ def encode_rule(rule) -> dict:
     """A registry structure rule as data: ``{'rule': where}`` for a plain rule function,
     ``{'make': where, 'args': [...], 'kwargs': {...}}`` for one a rule factory built (see
     :func:`autograder.course.rules.base.rule_factory`); rule arguments are encoded the same way."""
-    made = getattr(rule, "made_by", None)
+    made = rule.made_by
     if made is None:
-        where = _where(rule)
-        if "<locals>" in rule.__qualname__ or where[0].startswith(".course.problems"):
-            raise ValueError(f"the rule {rule.__qualname__} cannot travel to the self-check: "
-                             "define it at module level in a rules module (or build it with a "
-                             "function marked @rule_factory)")
+        where = _where(rule.check)
+        if "<locals>" in rule.check.__qualname__ or where[0].startswith(".course.problems"):
+            raise ValueError(f"the rule {rule.check.__qualname__} cannot travel to the "
+                             "self-check: define it at module level in a rules module (or build "
+                             "it with a function marked @rule_factory)")
         return {"rule": where}
-    factory, args, kwargs = made
+    factory, args, kwargs = made.factory, made.args, made.kwargs
     return {"make": _where(factory),
             "args": [encode_rule(a) if callable(a) else a for a in args], "kwargs": dict(kwargs)}
 
@@ -182,6 +182,8 @@ class PublicProblem:
     baseline_model: Optional[dict] = None
     #: the mesh (x, y) of the grader's speed case
     speed_layout: tuple = (2, 4)
+    #: the function's argument names (the rules name the first in their messages)
+    arg_names: tuple[str, ...] = ()
 
     @property
     def static_argnums(self) -> tuple[int, ...]:
@@ -221,7 +223,7 @@ def problem(name: str):
         make_case=_function(spec["case"]),
         baseline=None if spec.get("baseline") is None else _function(spec["baseline"]),
         limit=spec.get("limit"), baseline_model=spec.get("baseline_model"),
-        speed_layout=tuple(spec.get("speed_layout", (2, 4))))
+        speed_layout=tuple(spec.get("speed_layout", (2, 4))), arg_names=tuple(spec["args"]))
 
 
 def _structure(rules, call, placed, mesh, prob, inputs, compiled: str):

@@ -8,7 +8,8 @@ None), so nothing here changes what runs on a TPU.
 from __future__ import annotations
 
 import functools
-from typing import Callable, Optional
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Protocol, Sequence
 
 import numpy as np
 
@@ -93,22 +94,38 @@ def on_cpu(options: dict) -> Optional[dict]:
     return cpu_options(options) if platform() == "cpu" else None
 
 
-def runner(cpu: dict) -> Callable:
-    """``run(fn, args)`` for programs that are read and run once, never timed (the instrumented
+class Run(Protocol):
+    """How a reader runs a program it made (an instrumented copy): ``run(fn, args)`` is
+    ``fn``'s outputs on ``args``; ``run.all(fn, arg_sets)`` compiles ``fn`` once and gives its
+    outputs on each set of ``arg_sets`` (all of one signature)."""
+
+    def __call__(self, fn: Callable, args: Sequence) -> Any: ...
+
+    def all(self, fn: Callable, arg_sets: Sequence[Sequence]) -> list: ...
+
+
+@dataclass(frozen=True, eq=False)
+class Runner:
+    """The :class:`Run` of programs that are read and run once, never timed (the instrumented
     counting copies): compiled with ``cpu``'s options on CPU, as XLA would elsewhere."""
-    def run(fn, args):
+
+    cpu: dict
+
+    def __call__(self, fn: Callable, args: Sequence) -> Any:
         from . import devices
 
         lowered = devices.lower(fn, *args)
-        return lowered.compile(on_cpu(cpu))(*args)
+        return lowered.compile(on_cpu(self.cpu))(*args)
 
-    def run_all(fn, arg_sets):
+    def all(self, fn: Callable, arg_sets: Sequence[Sequence]) -> list:
         """``fn`` compiled once (on the first set's shapes) and run on each set of ``arg_sets``
         (all of one signature): its outputs per set."""
         from . import devices
 
-        compiled = devices.lower(fn, *arg_sets[0]).compile(on_cpu(cpu))
+        compiled = devices.lower(fn, *arg_sets[0]).compile(on_cpu(self.cpu))
         return [compiled(*args) for args in arg_sets]
 
-    run.all = run_all
-    return run
+
+def runner(cpu: dict) -> Runner:
+    """The :class:`Runner` compiling with ``cpu``'s options on CPU."""
+    return Runner(cpu)

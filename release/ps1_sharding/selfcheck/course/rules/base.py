@@ -1,14 +1,86 @@
 """Structure rules: small pure functions over a traced :class:`~autograder.core.program.Program`.
 
-Each rule returns a :class:`CheckResult` (or None when it does not apply to this mesh). A problem
-lists its rules in the registry; the structure check runs them on every mesh layout.
+Each rule is a :class:`Rule`: called on ``(program, mesh, problem)``, it returns a
+:class:`CheckResult` (or None when it does not apply to this mesh). What its readers need of it
+(how a factory made it, the perturbed inputs the reader measures for it, its ring) are declared
+fields, and the registry checks them when it loads (:func:`autograder.course.registry.load_all`).
+A problem lists its rules in the registry; the structure check runs them on every mesh layout.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
 
 from ...core.program import Program
 from ...core.results import CheckResult, failed, passed
+
+#: what a rule reads of the program that the reader measures only for the rules that ask
+#: (:func:`autograder.course.reading.read_paths`): ``Program.received_changed``, measured on
+#: the rule's :attr:`Rule.perturbations`
+RECEIVED_CHANGED = "received_changed"
+
+
+@dataclass(frozen=True)
+class MadeBy:
+    """How a :func:`rule_factory` built a rule: the factory (a module-level function, so that
+    the public self-check can call it again: :func:`autograder.public.check.encode_rule`) and
+    the arguments it was called with."""
+
+    factory: Callable[..., "Rule"]
+    args: tuple
+    kwargs: dict
+
+
+@dataclass(frozen=True, eq=False)
+class Rule:
+    """A structure rule: ``rule(program, mesh, problem)`` is ``check``'s
+    :class:`CheckResult`, or None where the rule does not apply to this mesh."""
+
+    check: Callable[[Program, Any, Any], Optional[CheckResult]]
+    #: the rule's name (a module-level rule's is its module attribute's: the public table
+    #: finds it by that name)
+    name: str
+    #: how a :func:`rule_factory` made it; None for a module-level rule (:func:`structure_rule`)
+    made_by: Optional[MadeBy] = None
+    #: what ``check`` reads that the reader measures only when asked
+    #: (:data:`RECEIVED_CHANGED`); the registry refuses a rule that reads what it does not
+    #: declare the means to measure
+    reads: frozenset = frozenset()
+    #: ``(inputs, mesh shape) -> [(device ids, {dynamic argument index: global array})]``: the
+    #: perturbed inputs on which the reader measures ``received_changed`` for this rule
+    #: (:func:`autograder.course.reading.received_changed`); a rule combining others
+    #: (:func:`all_of`) declares its parts'
+    perturbations: Optional[Callable] = None
+    #: the collective-matmul variant a ring rule judges (:func:`autograder.course.rules.ring.
+    #: ring_rule`; :mod:`autograder.course.bars` states its byte budget), None for other rules
+    variant: Optional[str] = None
+    #: whether that ring runs both ways
+    bidirectional: bool = False
+
+    def __call__(self, prog: Program, mesh, problem) -> Optional[CheckResult]:
+        return self.check(prog, mesh, problem)
+
+    @property
+    def parts(self) -> tuple["Rule", ...]:
+        """The rules this one was made of (the rules among its factory's arguments)."""
+        if self.made_by is None:
+            return ()
+        return tuple(a for a in self.made_by.args if isinstance(a, Rule))
+
+
+def structure_rule(check: Optional[Callable] = None, *, reads: frozenset = frozenset(),
+                   perturbations: Optional[Callable] = None):
+    """Make a module-level function a :class:`Rule` of the same name (as a decorator, bare or
+    with the rule's ``reads`` and ``perturbations``)."""
+
+    def make(fn) -> Rule:
+        return Rule(check=fn, name=fn.__name__, reads=frozenset(reads),
+                    perturbations=perturbations)
+
+    return make if check is None else make(check)
+
 
 #: how a passing rule's findings are joined (the structure check groups them by mesh)
 CLAUSES = "; "
@@ -19,6 +91,7 @@ HOW_TO_LOOK = (
 )
 
 
+@structure_rule
 def uses_shard_map(prog: Program, mesh, problem) -> CheckResult:
     if prog.uses_shard_map:
         return passed("structure", "uses shard_map")
@@ -27,6 +100,7 @@ def uses_shard_map(prog: Program, mesh, problem) -> CheckResult:
                   "the function's jaxpr. " + HOW_TO_LOOK)
 
 
+@structure_rule
 def no_shard_map(prog: Program, mesh, problem) -> CheckResult:
     if not prog.uses_shard_map:
         return passed("structure", "global-view code, no shard_map")
@@ -38,6 +112,7 @@ def no_shard_map(prog: Program, mesh, problem) -> CheckResult:
                   "shard_map; found a shard_map in the function's jaxpr.")
 
 
+@structure_rule
 def no_collectives_written(prog: Program, mesh, problem) -> CheckResult:
     cols = prog.collectives()
     if not cols:
@@ -47,6 +122,7 @@ def no_collectives_written(prog: Program, mesh, problem) -> CheckResult:
                   + HOW_TO_LOOK)
 
 
+@structure_rule
 def no_compiled_collectives(prog: Program, mesh, problem) -> CheckResult:
     lines = prog.compiled_collectives()
     if not lines:
@@ -62,22 +138,23 @@ def no_compiled_collectives(prog: Program, mesh, problem) -> CheckResult:
 
 
 def rule_factory(factory):
-    """Mark a function that builds rules: each rule it returns remembers how it was made
-    (``made_by``: the factory and its arguments), so that the public self-check can rebuild the
-    registry's rules from the public table (see :func:`autograder.public.encode_rule`)."""
+    """Mark a function that builds rules: each :class:`Rule` it returns remembers how it was
+    made (:attr:`Rule.made_by`: the factory and its arguments), so that the public self-check
+    can rebuild the registry's rules from the public table (see
+    :func:`autograder.public.check.encode_rule`)."""
 
     @functools.wraps(factory)
-    def make(*args, **kwargs):
-        rule = factory(*args, **kwargs)
-        rule.made_by = (make, args, kwargs)
-        return rule
+    def make(*args, **kwargs) -> Rule:
+        return dataclasses.replace(factory(*args, **kwargs),
+                                   made_by=MadeBy(make, args, dict(kwargs)))
 
     return make
 
 
 @rule_factory
-def all_of(*rules):
-    """Combine rules: the first failure wins, otherwise a pass listing what held."""
+def all_of(*rules: Rule) -> Rule:
+    """Combine rules: the first failure wins, otherwise a pass listing what held. The combined
+    rule reads what its parts read, measured on the first part's perturbations."""
 
     def rule(prog, mesh, problem):
         oks = []
@@ -90,5 +167,7 @@ def all_of(*rules):
             oks.append(res.message)
         return passed("structure", CLAUSES.join(oks) or "ok")
 
-    rule.__name__ = "all_of(" + ",".join(getattr(r, "__name__", "?") for r in rules) + ")"
-    return rule
+    return Rule(check=rule, name="all_of(" + ",".join(r.name for r in rules) + ")",
+                reads=frozenset().union(*(r.reads for r in rules)),
+                perturbations=next((r.perturbations for r in rules
+                                    if r.perturbations is not None), None))
