@@ -62,9 +62,9 @@ def enable_cache(cache_dir: str | None) -> None:
     that cache off and on process-wide, which must not happen while the compile pool works."""
     if not cache_dir:
         return
-    from . import grading
+    from . import baseline, grading
 
-    grading.CACHE_DIR = Path(cache_dir)
+    baseline.CACHE_DIR = Path(cache_dir)
     if grading.current_platform() == "cpu":
         return
     import jax
@@ -87,14 +87,15 @@ def warm(assignments: list[str], *, with_speed: bool) -> None:
     for p in registry.problems():
         if (assignments and p.assignment not in assignments) or p.baseline is None:
             continue
-        plan = grading.Plan(p, 0, False, True, grading.current_platform())
+        plan = grading.Plan(problem=p, seed=0, quick=False, with_big=True,
+                            platform=grading.current_platform())
         layout, case = plan.big("speed")
         mesh = grading.make_mesh(*layout)
-        args = grading._place(p, case, mesh)
+        args = grading.place_args(p, case, mesh)
         grading.baseline_text(p, layout, case, mesh, args)
         if timed:
             grading.compile_for(p, p.baseline, mesh, args, baseline=True,
-                                options=grading.speed_options())
+                                options=grading.CompileKind.SPEED.options())
 
 
 def exporter_for(a):
@@ -115,7 +116,7 @@ def exporter_for(a):
 
 def run(a, send, exporter) -> None:
     from ..core import errors
-    from ..core.records import Done, Owner, Plan, Restart, Result, Start
+    from ..core.records import Done, Handover, Plan, Restart, Result, Start
     from . import grading
     from .bigcases import BigCaseStore
     from .reuse import VerdictStore
@@ -163,10 +164,10 @@ def run(a, send, exporter) -> None:
         for p, plan in zip(probs, plans, strict=True):
             if p.name in exporter.defined:
                 exporter.submit(plan.all_requests())
-        grading.OWNER_HOOK = lambda owner: send(Owner(owner))
+        ownership = grading.Ownership(hook=lambda owner: send(Handover(owner)))
         serial = {n for n in (a.serial or "").split(",") if n}
         for i, (p, plan) in enumerate(zip(probs, plans, strict=True)):
-            grading.owner_reset()
+            ownership.reset()
             send(Start(p.name))
             try:
                 with phase(f"function {p.name}"):
@@ -174,7 +175,8 @@ def run(a, send, exporter) -> None:
                                                export_timeout=a.export_timeout,
                                                with_speed=not a.no_speed, store=store,
                                                timed=a.timed_speed or grading.timed_here(),
-                                               overlap=p.name not in serial)
+                                               overlap=p.name not in serial,
+                                               ownership=ownership)
             except Exception as e:  # noqa: BLE001 - the grader's own code failed: a regrade
                 import traceback
 
@@ -262,9 +264,6 @@ def serve(a, send, setup) -> int:
             return 0
         import jax
 
-        from . import grading
-
-        grading.OWNER_HOOK = None
         jax.clear_caches()
         gc.collect()
         send(Ready())
