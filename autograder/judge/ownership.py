@@ -1,4 +1,5 @@
-"""Who owns the judge's work on one function at each moment (the student's, the grader's or both), and how the grader's own faults are told from the student's."""
+"""Who owns the judge's work on one function at each moment (the student's, the grader's or both),
+and how the grader's own faults are told from the student's."""
 from __future__ import annotations
 
 import contextlib

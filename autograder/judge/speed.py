@@ -117,8 +117,11 @@ def speed_figures(programs: Programs, modeler, layout, case: Case, mesh, args, s
             return programs.measured_counts(layout, case, mesh, args, twin=twin)
 
         with phase("speed: model"), programs.ownership.grader_work("the TPU model"):
-            modeled = modeler(problem, None, mesh, args, program=True, texts=texts,
-                              pinned=pinned, measured=measured, compiled=student) or {}
+            from ..tpumodel.api import ModelRequest
+
+            modeled = modeler(ModelRequest.of_modules(
+                problem, mesh, texts, args=args, pinned=pinned, measured=measured,
+                compiled=student)) or {}
         check_floor(modeled)
         if "unreadable" in modeled:
             return modeled, float("nan"), float("nan"), float("nan"), 0
@@ -260,8 +263,9 @@ def speed_ahead_kind(modeler) -> Optional[CompileKind]:
     """How the speed case's program may compile ahead
     (:attr:`~autograder.judge.pool.CompilePool.speed_ahead`): as the speed check will compile
     it, with the modeler it will use (the default one where none is given): PLAIN where it is
-    timed, MODEL where the model reads it, None where it must not (the model's compile, for its dump, switches the persistent cache process-wide when
-    that cache is on: then it runs alone, in the speed check, never beside the pool)."""
+    timed, MODEL where the model reads it, None where it must not (the model's compile, for
+    its dump, switches the persistent cache process-wide when that cache is on: then it runs
+    alone, in the speed check, never beside the pool)."""
     if modeler is None:
         try:
             modeler = default_modeler()
