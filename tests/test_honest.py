@@ -517,7 +517,7 @@ def test_a_crash_in_the_grader_s_own_work_alone_is_still_a_regrade(crashing_judg
     assert res.functions["roll_diff"].score == 4.0
 
 
-def test_the_owner_is_both_while_a_pool_job_runs_beside_the_grader_s_work(monkeypatch):
+def test_the_owner_is_both_while_a_pool_job_runs_beside_the_grader_s_work():
     """The judge says "both" exactly while the main thread does the grader's work and a pool
     thread reads or compiles the submission's programs; a pool job beside the student's own
     work is the student's."""
