@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from autograder.course import registry
-from autograder.judge.grading import _signature, plan_for
+from autograder.judge.grading import plan_for, signature_of
 
 #: the same on every JAX: make test runs it, make test-latest leaves it out
 pytestmark = pytest.mark.orchestration
@@ -22,12 +22,12 @@ def test_draws_share_a_program_and_differ_in_values(name):
         assert len(edges) == len(p.edges(np.random.default_rng(0), *layout))
         for i in range(0, len(draws), p.draws_per_shape):
             group = draws[i:i + p.draws_per_shape]
-            assert len({_signature(p, c) for c in group}) == 1, layout
+            assert len({signature_of(p, c) for c in group}) == 1, layout
             for c in group[1:]:
                 floats = [(a, b) for a, b in zip(group[0].args, c.args, strict=True)
                           if isinstance(a, np.ndarray) and a.dtype.kind == "f" and a.size > 1]
                 assert floats and all(not np.array_equal(a, b) for a, b in floats), layout
-    programs = {(tuple(lay), _signature(p, c)) for lay, cs in plan.cases() for c in cs}
+    programs = {(tuple(lay), signature_of(p, c)) for lay, cs in plan.cases() for c in cs}
     requests = {plan.request(lay, c).id for lay, cs in plan.cases() for c in cs}
     assert len(requests) == len(programs)  # one request (one export, one compile) per program
 

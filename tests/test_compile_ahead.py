@@ -1,5 +1,5 @@
 """The memory and speed programs compile ahead: in the function's compile pool, as soon as their
-artifacts arrive, from the cases' shapes alone, while the numerics run (autograder/judge/grading.py).
+artifacts arrive, from the cases' shapes alone, while the numerics run (autograder/judge/pool.py).
 
 What must hold: the program compiled from shapes is the program the checks would have compiled
 from the placed arrays, each is compiled once, on a pool thread, and the verdict is the same.
@@ -29,11 +29,11 @@ def test_a_program_lowered_from_shapes_is_the_one_lowered_from_the_arrays(name):
         layout, case = plan.big(size)
         mesh = grading.make_mesh(*layout)
         req = plan.big_request(size)
-        call = programs._artifact(req).call
-        placed = jax.jit(call).lower(*grading._dynamic(problem, grading._place(problem, case,
-                                                                                 mesh)))
-        shaped = jax.jit(call).lower(*grading._dynamic(problem, grading._shapes(problem, req,
-                                                                                  mesh)))
+        call = programs.loaded(req).call
+        placed = jax.jit(call).lower(*grading.dynamic_args(problem, grading.place_args(
+            problem, case, mesh)))
+        shaped = jax.jit(call).lower(*grading.dynamic_args(problem, grading.shaped_args(
+            problem, req, mesh)))
         assert shaped.as_text() == placed.as_text(), size
 
 
@@ -63,10 +63,10 @@ def test_the_models_compile_reads_what_the_speed_compile_would(path, name):
     plan = grading.plan_for(problem, seed=11, quick=True)
     req = plan.big_request("speed")
     replies = LocalExporter.of(name, loaded(path).function(name)).export([req])
-    call = grading.Programs(plan, replies)._artifact(req).call
+    call = grading.Programs(plan, replies).loaded(req).call
     layout, case = plan.big("speed")
-    args = grading._dynamic(problem, grading._place(problem, case,
-                                                   grading._mesh_for(problem, layout)))
+    args = grading.dynamic_args(problem, grading.place_args(problem, case,
+                                                            grading.make_mesh(*layout)))
 
     def reads(options):
         compiled, text = compile_partitioned(jax.jit(call).lower(*args), cpu_options(options))
@@ -93,9 +93,11 @@ def test_the_memory_and_speed_programs_compile_once_in_the_pool(monkeypatch):
     monkeypatch.setattr(grading.Programs, "_once", recording)
     res = grade_function(problem, fn, seed=5)
     assert all(c.passed for c in res.checks), [c.message for c in res.checks]
-    big = [(what, on_main) for what, on_main in made if what in ("memory", "speed")]
-    assert sorted(big) == [("memory", False), ("speed", False)], made
-    numerics = [on_main for what, on_main in made if what is True]
+    kinds = grading.CompileKind
+    big = [(what.value, on_main) for what, on_main in made
+           if what in (kinds.MEMORY, kinds.MODEL)]
+    assert sorted(big) == [("memory", False), ("model", False)], made
+    numerics = [on_main for what, on_main in made if what is kinds.NUMERICS]
     assert numerics and not any(numerics), "a numerics program compiled on the main thread"
 
 
@@ -122,12 +124,15 @@ def test_on_cpu_the_grader_keeps_the_persistent_cache_off(tmp_path, monkeypatch)
 
     from autograder.judge.process import enable_cache
 
-    monkeypatch.setattr(grading, "CACHE_DIR", None)
+    from autograder.judge import baseline, speed
+
+    monkeypatch.setattr(baseline, "CACHE_DIR", None)
     before = jax.config.jax_compilation_cache_dir
     enable_cache(str(tmp_path))
-    assert grading.CACHE_DIR == tmp_path  # the verdicts and the baselines' modules still go here
+    assert baseline.CACHE_DIR == tmp_path  # the verdicts and the baselines' modules still go here
     assert jax.config.jax_compilation_cache_dir == before and not before
-    assert grading._speed_ahead(None) == "model"  # so the speed program compiles ahead
+    # so the speed program compiles ahead
+    assert speed.speed_ahead_kind(None) is grading.CompileKind.MODEL
 
 
 def test_the_models_compile_switches_nothing_when_the_cache_is_off(monkeypatch):
@@ -163,30 +168,27 @@ def test_a_reused_verdict_compiles_no_memory_or_speed_program(tmp_path, monkeypa
 
     monkeypatch.setattr(grading.Programs, "_once", recording)
     started = []
-    start_big = grading.Programs.start_big
-    monkeypatch.setattr(grading.Programs, "start_big",
+    start_big = grading.CompilePool.start_big
+    monkeypatch.setattr(grading.CompilePool, "start_big",
                         lambda self: started.append(1) or start_big(self))
     again = grade_function(problem, fn, seed=8, store=store)
     assert again.reused and [c.to_dict() for c in again.checks] == [
         c.to_dict() for c in first.checks]
     assert not started and not made, made  # nothing compiled: not even the numerics
     grade_function(problem, fn, seed=9, store=store)  # another seed: graded, so started
-    assert started and "memory" in made and "speed" in made
+    assert started and grading.CompileKind.MEMORY in made and grading.CompileKind.MODEL in made
 
 
 def test_the_cases_are_planned_while_the_worker_loads(monkeypatch):
     """The judge plans every function's cases before it waits for the sandbox to load the
     submission (the two overlap); the records it sends keep their order."""
-    import argparse
-
-    from autograder.core.records import Done, Plan, Result, Start
+    from autograder.core.records import Done, Job, JudgeOptions, Limits, Plan, Result, Start
     from autograder.judge import process
 
     events: list = []
     all_requests = grading.Plan.all_requests
     monkeypatch.setattr(grading.Plan, "all_requests",
                         lambda self: events.append("plan") or all_requests(self))
-    monkeypatch.setattr(grading, "OWNER_HOOK", None)
 
     class Worker:  # a submission that defines none of the functions
         notes, defined, skip, late_notes = [], set(), [], []
@@ -201,11 +203,12 @@ def test_the_cases_are_planned_while_the_worker_loads(monkeypatch):
         def close(self):
             pass
 
-    a = argparse.Namespace(submission="ps1_sharding.py", assignment="ps1_sharding", only=None,
-                           cache_dir=None, seed=3, quick=True, no_speed=True, export_timeout=5,
-                           serial="", timed_speed=False)
+    job = Job(submission="ps1_sharding.py", cwd=".", grader_log="", log="",
+              assignment="ps1_sharding")
+    opts = JudgeOptions(quick=True, seed=3, with_speed=False, timed_speed=False,
+                        isolation=False, cache_dir=None, limits=Limits(export_s=5))
     sent: list = []
-    process.run(a, sent.append, Worker())
+    process.run(job, opts, sent.append, Worker())
     n = len(registry.problems("ps1_sharding"))
     assert events == ["plan"] * n + ["wait for the load"]
     assert [type(r) for r in sent] == [Plan] + [Start, Result] * n + [Done]
@@ -246,8 +249,10 @@ def test_a_warming_judge_compiles_baselines_to_run_only_where_they_are_timed(mon
     accelerators): on CPU that compile was thrown away, in every class run."""
     from autograder.judge import process
 
+    from autograder.judge import baseline
+
     compiled, texts = [], []
-    monkeypatch.setattr(grading, "CACHE_DIR", None)
+    monkeypatch.setattr(baseline, "CACHE_DIR", None)
     monkeypatch.setattr(grading, "compile_for", lambda p, *a, **k: compiled.append(p.name))
     monkeypatch.setattr(grading, "baseline_text", lambda p, *a: texts.append(p.name))
     process.warm(["ps1_sharding"], with_speed=True)

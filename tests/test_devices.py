@@ -92,9 +92,6 @@ def test_the_static_check_sees_each_raw_call(tmp_path):
 
 
 CALLS = PACKAGE / "core" / "calls.py"
-#: copies of the call shape not yet moved onto autograder.core.calls: the judge's (the lead
-#: switches judge/grading.py's _bind after the split of that module), then this set is empty
-NOT_YET_ON_CALLS = {PACKAGE / "judge" / "grading.py"}
 
 
 def mesh_bindings(path, root=ROOT) -> list[str]:
@@ -116,7 +113,7 @@ def test_the_mesh_is_bound_only_by_the_call_shape(tmp_path):
     one place (two rules once made an export name the wrong platform). The check sees both
     spellings."""
     found = [line for path in sorted(PACKAGE.rglob("*.py"))
-             if path != CALLS and path not in NOT_YET_ON_CALLS for line in mesh_bindings(path)]
+             if path != CALLS for line in mesh_bindings(path)]
     assert not found, "\n".join(found)
     bad = tmp_path / "bad.py"
     bad.write_text("import functools\nfrom functools import partial\n"

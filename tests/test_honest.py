@@ -446,23 +446,24 @@ CRASHING_JUDGE = """
 import os
 
 if os.environ.get("AUTOGRADER_TEST_CRASH"):
-    from autograder.judge import grading
+    from autograder.judge import judging
 
-    _grade = grading._grade
+    _grade = judging._grade
 
-    def _grade_and_crash(programs, res, **kwargs):
+    def _grade_and_crash(programs, pool, res, **kwargs):
         names, owner = os.environ["AUTOGRADER_TEST_CRASH"].split(":")
         if programs.plan.problem.name in names.split(","):
-            if programs._pool is not None:
-                with grading._pool_job(), grading.grader_work("injected"):
+            own = programs.ownership
+            if pool.open:
+                with own.pool_job(), own.grader_work("injected"):
                     os.abort()
             if owner == "grader":
-                with grading.grader_work("injected"):
+                with own.grader_work("injected"):
                     os.abort()
             os.abort()
-        return _grade(programs, res, **kwargs)
+        return _grade(programs, pool, res, **kwargs)
 
-    grading._grade = _grade_and_crash
+    judging._grade = _grade_and_crash
 """
 
 
@@ -516,34 +517,35 @@ def test_a_crash_in_the_grader_s_own_work_alone_is_still_a_regrade(crashing_judg
     assert res.functions["roll_diff"].score == 4.0
 
 
-def test_the_owner_is_both_while_a_pool_job_runs_beside_the_grader_s_work(monkeypatch):
+def test_the_owner_is_both_while_a_pool_job_runs_beside_the_grader_s_work():
     """The judge says "both" exactly while the main thread does the grader's work and a pool
     thread reads or compiles the submission's programs; a pool job beside the student's own
     work is the student's."""
     import threading
 
+    from autograder.judge.ownership import Owner, Ownership
+
     told = []
-    monkeypatch.setattr(grading, "OWNER_HOOK", told.append)
-    grading.owner_reset()
+    own = Ownership(hook=told.append)
     started, release = threading.Event(), threading.Event()
 
     def pool_job():
-        with grading._pool_job():
+        with own.pool_job():
             started.set()
             release.wait(30)
 
-    with grading.grader_work("the checks"):
+    with own.grader_work("the checks"):
         t = threading.Thread(target=pool_job)
         t.start()
         started.wait(30)
-        assert grading.owner_now() == "both"
+        assert own.now() is Owner.BOTH
         release.set()
         t.join(30)
-        assert grading.owner_now() == "grader"
-    assert grading.owner_now() == "student"
-    with grading._pool_job():
-        assert grading.owner_now() == "student"
-    assert told == ["grader", "both", "grader", "student"]
+        assert own.now() is Owner.GRADER
+    assert own.now() is Owner.STUDENT
+    with own.pool_job():
+        assert own.now() is Owner.STUDENT
+    assert told == [Owner.GRADER, Owner.BOTH, Owner.GRADER, Owner.STUDENT]
 
 
 # -- the same verdicts under load ------------------------------------------------------------
@@ -659,7 +661,9 @@ def test_a_recursion_error_in_the_grader_is_a_regrade_not_a_zero(monkeypatch):
     def recurses(*args, **kwargs):
         raise RecursionError("maximum recursion depth exceeded")
 
-    monkeypatch.setattr(grading, "_big_case_values", recurses)
+    from autograder.judge import measured
+
+    monkeypatch.setattr(measured, "big_case_values", recurses)
     fn = load(ROOT / "solutions" / "ps1_sharding.py").function("shard_average_jit")
     with pytest.raises(grading.GraderFault, match="RecursionError"):
         local.grade_function(registry.get("shard_average_jit"), fn, quick=True,

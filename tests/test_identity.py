@@ -59,7 +59,7 @@ def test_each_assignment_has_its_own_course_files():
     (("course/references/ps2_moe.py", "import numpy as np", "import numpy as np  # edited"),
      {"ps2_moe"}),
     # the grader's code: every assignment
-    (("judge/grading.py", "PUBLIC_DRAWS = 4000", "PUBLIC_DRAWS = 4001"), set(ASSIGNMENTS)),
+    (("judge/planning.py", "PUBLIC_DRAWS = 4000", "PUBLIC_DRAWS = 4001"), set(ASSIGNMENTS)),
 ])
 def test_a_change_changes_only_the_fingerprints_of_the_assignments_it_is_part_of(course, edit,
                                                                                  regraded):

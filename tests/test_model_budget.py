@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import pytest
 
 from autograder.tpumodel import hlo
-from autograder.tpumodel.api import grading_modeler, model_hlo, partitioned_hlo
+from autograder.tpumodel.api import ModelRequest, grading_modeler, model_hlo, partitioned_hlo
 from autograder.tpumodel.cost import Task, fuse
 from autograder.tpumodel.hlo import Node, Shape
 from autograder.tpumodel.schedule import schedule
@@ -56,8 +56,8 @@ def test_the_speed_check_is_told_it_cannot_price_the_program():
 
     problem = registry.get("matmul_allgather")
     text = _scalar_loop(999_000)
-    got = grading_modeler(problem, None, make_mesh(2, 4), [], program=True,
-                          texts=(text, _scalar_loop(10)))
+    got = grading_modeler(ModelRequest.of_modules(problem, make_mesh(2, 4),
+                                                  (text, _scalar_loop(10))))
     assert set(got) == {"unreadable"} and "999,000 iterations" in got["unreadable"], got
 
 

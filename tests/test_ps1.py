@@ -55,9 +55,9 @@ def test_a_hang_is_a_failed_check_and_gets_the_same_verdicts_as_when_the_worker_
         monkeypatch):
     """A function that never returns fails numerics with "timed out", and every check fails,
     however the hang was stopped (here the in-process call's limit, 2 s)."""
-    from autograder.judge import grading
+    from autograder.judge import running
 
-    monkeypatch.setattr(grading, "CALL_TIMEOUT", 2.0)
+    monkeypatch.setattr(running, "CALL_TIMEOUT", 2.0)
     res = grade("ps1", "hang_in_function", "roll_diff", quick=True)
     assert res.score == 0
     assert "timed out" in check_of(res, "numerics").message

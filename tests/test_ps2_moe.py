@@ -149,7 +149,7 @@ def test_chunked_gather_in_a_while_loop_is_flagged():
 def test_moe_local_runs_on_one_device():
     p = registry.get("moe_local")
     case = p.case(np.random.default_rng(0), 2, 4, "grade")
-    placed = grading._place(p, case, make_mesh(2, 4))
+    placed = grading.place_args(p, case, make_mesh(2, 4))
     assert all(len(v.sharding.device_set) == 1 for v in placed)
 
 

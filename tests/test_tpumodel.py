@@ -22,7 +22,7 @@ from autograder import tpumodel  # noqa: E402
 from autograder.core.meshes import make_mesh  # noqa: E402
 from autograder.core.problem import Problem  # noqa: E402
 from autograder.tpumodel import chips  # noqa: E402
-from autograder.tpumodel.api import compile_partitioned, model_function  # noqa: E402
+from autograder.tpumodel.api import ModelRequest, compile_partitioned, model_function  # noqa: E402
 from autograder.tpumodel.cost import Geometry, Task  # noqa: E402
 from autograder.tpumodel.schedule import schedule  # noqa: E402
 
@@ -550,7 +550,8 @@ def test_grading_modeler_and_fallback(mesh):
     prob = _problem()
     a = _put(mesh, (1024, 2048), P("X", "Y"), jnp.bfloat16)
     w = _put(mesh, (2048, 2048), P(None, "Y"), jnp.bfloat16)
-    d = tpumodel.grading_modeler(prob, cm.matmul_allgather_bidirectional, mesh, [a, w])
+    d = tpumodel.grading_modeler(ModelRequest.of_function(
+        prob, cm.matmul_allgather_bidirectional, mesh, [a, w]))
     assert set(d) >= {"chip", "student_us", "baseline_us", "ratio", "threshold"}
     assert d["ratio"] < 1.0 and d["chip"] == "v5e"
 
@@ -563,15 +564,43 @@ def test_grading_modeler_and_fallback(mesh):
         return jax.lax.while_loop(lambda c: c[0] < n, body, (jnp.int32(0), A @ W))[1]
 
     # given the function, the model counts the loop on these arrays and models it pinned
-    d = tpumodel.grading_modeler(prob, data_loop, mesh, [a, w])
+    d = tpumodel.grading_modeler(ModelRequest.of_function(prob, data_loop, mesh, [a, w]))
     assert d["ratio"] > 2.5, d
 
     # given only the partitioned texts and no way to pin, it says it cannot price the program
     # (the speed check then fails; it never falls back to a laxer basis)
     lowered = jax.jit(functools.partial(data_loop, mesh=mesh)).lower(a, w)
     _, text = compile_partitioned(lowered)
-    d = tpumodel.grading_modeler(prob, data_loop, mesh, [a, w], texts=(text, text))
+    d = tpumodel.grading_modeler(ModelRequest.of_modules(prob, mesh, (text, text),
+                                                         args=[a, w]))
     assert set(d) == {"unreadable"} and "array data" in d["unreadable"], d
+
+
+def test_a_model_request_says_its_mode_and_refuses_what_its_mode_does_not_read(mesh):
+    """The modeler takes one declared request: a field its mode would ignore is refused when
+    the request is made, never dropped in silence."""
+    from autograder.tpumodel.api import ModelMode
+
+    prob = _problem()
+    assert ModelRequest.of_modules(prob, mesh, ("st", "base")).mode is ModelMode.MODULES
+    assert ModelRequest.of_program(prob, abs, mesh, []).mode is ModelMode.PROGRAM
+    with pytest.raises(ValueError, match="texts: read only by a MODULES request"):
+        ModelRequest(prob, ModelMode.FUNCTION, mesh, (), fn=abs, texts=("st", "base"))
+    with pytest.raises(ValueError, match="measured, compiled: read only by a MODULES"):
+        ModelRequest(prob, ModelMode.PROGRAM, mesh, (), fn=abs, compiled=object(),
+                     measured=list)
+    with pytest.raises(ValueError, match="not fn"):
+        ModelRequest(prob, ModelMode.MODULES, mesh, (), fn=abs, texts=("st", "base"))
+    with pytest.raises(ValueError, match="baseline"):
+        ModelRequest.of_modules(prob, mesh, ("st", None))
+    with pytest.raises(ValueError, match="needs fn"):
+        ModelRequest(prob, ModelMode.FUNCTION, mesh)
+    with pytest.raises(TypeError, match="ModelMode"):
+        ModelRequest(prob, "modules", mesh, texts=("st", "base"))
+    with pytest.raises(TypeError, match="ModelRequest"):
+        tpumodel.grading_modeler(prob)
+    with pytest.raises(TypeError):  # the old eleven keywords are gone
+        tpumodel.grading_modeler(prob, abs, mesh, [], program=True)
 
 
 def test_speed_check_uses_model(mesh):
@@ -587,7 +616,7 @@ def test_speed_check_uses_model(mesh):
             out = out + (A * (i + 1.0)) @ W
         return out
 
-    d = tpumodel.grading_modeler(prob, slow, mesh, [a, w])
+    d = tpumodel.grading_modeler(ModelRequest.of_function(prob, slow, mesh, [a, w]))
     t = checks.Timing(1.0, 1.0, 1.0, 15, "cpu", d)
     res = checks.speed(prob, t)
     assert not res.passed and "modeled on TPU v5e" in res.message
@@ -686,8 +715,8 @@ def test_the_speed_check_says_when_the_floor_applied(mesh, monkeypatch):
     fn = functools.partial(cm.matmul_allgather_unidirectional, mesh=mesh)
     compiled, text = compile_partitioned(jax.jit(fn).lower(a, w))
     base = api.baseline_hlo(prob, mesh, [a, w])
-    honest = tpumodel.grading_modeler(prob, None, mesh, [a, w], program=True,
-                                      texts=(text, base), compiled=compiled)
+    honest = tpumodel.grading_modeler(ModelRequest.of_modules(prob, mesh, (text, base),
+                                                              args=[a, w], compiled=compiled))
     assert not honest["flops"]["applied"] and honest["flops"]["xla"] > 0, honest["flops"]
     says = checks.speed(prob, checks.Timing(1.0, 1.0, 1.0, 0, "cpu", honest)).message
     assert "each loop body once, the model counts" in says and "higher is used" not in says
@@ -695,8 +724,8 @@ def test_the_speed_check_says_when_the_floor_applied(mesh, monkeypatch):
     # the model's count a tenth of what it is: XLA's is used, ten times the compute
     counted = api.static_work(text)
     monkeypatch.setattr(api, "static_work", lambda t: counted / 10)
-    low = tpumodel.grading_modeler(prob, None, mesh, [a, w], program=True,
-                                   texts=(text, base), compiled=compiled)
+    low = tpumodel.grading_modeler(ModelRequest.of_modules(prob, mesh, (text, base),
+                                                           args=[a, w], compiled=compiled))
     assert low["flops"]["applied"] and low["flops"]["used"] == low["flops"]["xla"]
     assert low["student"]["compute_us"] == pytest.approx(
         honest["student"]["compute_us"] * low["flops"]["xla"] / (counted / 10), rel=1e-6)
@@ -723,5 +752,5 @@ def test_a_bf16_split_into_float32_dots_models_no_faster_than_the_baseline():
                                                                      problem.in_specs)]
     fn = load(ROOT / "tests" / "fixtures" / "attacks" / "bf16_split_f32_dots.py",
               statement_timeout=5, total_timeout=20).function("matmul_allgather")
-    d = tpumodel.grading_modeler(problem, fn, mesh, args)
+    d = tpumodel.grading_modeler(ModelRequest.of_function(problem, fn, mesh, args))
     assert d["ratio"] > 1.0 > d["threshold"], d

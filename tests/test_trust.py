@@ -314,7 +314,8 @@ def test_every_run_draws_fresh_inputs():
     p = registry.get("roll_diff")
     shapes = set()
     for _ in range(4):
-        plan = grading.Plan(p, grading.fresh_seed(), False, False, "cpu")
+        plan = grading.Plan(problem=p, seed=grading.fresh_seed(), quick=False, with_big=False,
+                            platform="cpu")
         (layout, cases), *_ = plan.cases()
         shapes.add(tuple(c.args[0].tobytes()[:64] for c in cases))
     assert len(shapes) == 4
@@ -325,7 +326,7 @@ def test_requests_carry_no_values():
     from autograder.judge import grading
 
     p = registry.get("roll_diff")
-    plan = grading.Plan(p, 123, False, True, "cpu")
+    plan = grading.Plan(problem=p, seed=123, quick=False, with_big=True, platform="cpu")
     for r in plan.all_requests():
         line = r.to_line()
         assert len(line) < 1000 and "[[" not in line

@@ -11,8 +11,8 @@ Two boundaries, one format (JSON lines, one record per line, ``{"type": ..., **f
 * trusted grader <-> supervisor (:mod:`autograder.supervisor`): a warm grader is told its
   :class:`JudgeOptions` (with its :class:`Limits`) once, as the first line on its stdin, then
   given a :class:`Job` (one submission) after another; it answers :class:`Plan`, :class:`Start`,
-  :class:`Owner`, :class:`Result`, :class:`Restart` and :class:`Done`, then :class:`Ready` when it
-  takes another.
+  :class:`Handover` (whose work it is: an :class:`Owner`), :class:`Result`, :class:`Restart` and
+  :class:`Done`, then :class:`Ready` when it takes another.
 
 Each record rebuilds itself with ``from_dict``; nothing is re-assembled by hand elsewhere.
 :class:`Limits` holds every grading limit's default, written there once: the supervisor, the
@@ -21,6 +21,7 @@ judge, the sandbox and the command lines read them from it.
 from __future__ import annotations
 
 import base64
+import enum
 import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar, Optional
@@ -345,7 +346,7 @@ class Job(Record):
     skip: list = field(default_factory=list)
     folder: bool = False
     #: functions graded with nothing overlapping (no compile pool): a fault during their last
-    #: grading could not be told the student's or the grader's (an ``Owner`` of "both")
+    #: grading could not be told the student's or the grader's (its owner ``Owner.BOTH``)
     serial: list = field(default_factory=list)
 
     @classmethod
@@ -393,29 +394,45 @@ class Start(Record):
     function: str
 
 
-#: whose work the judge is doing: the submission's (reading, compiling and running its
-#: programs, waiting for its worker), the grader's own (the baseline, the model, the checks), or
-#: both at once (the grader's own work while the compile pool reads or compiles the submission's
-#: programs beside it: a crash or a deadline then cannot be told apart, and the function is
-#: graded again with nothing overlapping, where it can)
-OWNERS = ("student", "grader", "both")
+class Owner(enum.Enum):
+    """Whose work the judge is doing: the submission's (reading, compiling and running its
+    programs, waiting for its worker), the grader's own (the baseline, the model, the checks),
+    or both at once (the grader's own work while the compile pool reads or compiles the
+    submission's programs beside it: a crash or a deadline then cannot be told apart, and the
+    function is graded again with nothing overlapping, where it can). Its value is what a
+    :class:`Handover` record carries."""
+
+    STUDENT = "student"
+    GRADER = "grader"
+    BOTH = "both"
+
+
+#: the owners' names as :class:`Handover` records carry them
+OWNERS = tuple(o.value for o in Owner)
 
 
 @dataclass(frozen=True)
-class Owner(Record):
-    """From now on, the judge's work for the current function is ``owner``'s (one of
-    :data:`OWNERS`). A deadline missed or a crash is blamed on the owner of that moment: the
-    student's is a zero with the reason, the grader's a regrade."""
+class Handover(Record):
+    """From now on, the judge's work for the current function is ``owner``'s. A deadline
+    missed or a crash is blamed on the owner of that moment: the student's is a zero with the
+    reason, the grader's a regrade. On the wire ``{"type": "owner", "owner": "grader"}``."""
 
     TYPE: ClassVar[str] = "owner"
-    owner: str
+    owner: Owner
+
+    def __post_init__(self):
+        if not isinstance(self.owner, Owner):
+            raise TypeError(f"owner: expected an Owner, got {self.owner!r}")
+
+    def to_dict(self) -> dict:
+        return {"type": self.TYPE, "owner": self.owner.value}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Owner":
+    def from_dict(cls, d: dict) -> "Handover":
         _expect_keys(d, cls, extra=("type",))
         if d.get("owner") not in OWNERS:
             raise RecordError(f"owner: expected one of {OWNERS}")
-        return cls(d["owner"])
+        return cls(Owner(d["owner"]))
 
 
 @dataclass(frozen=True)
@@ -467,7 +484,7 @@ class Done(Record):
 
 
 TYPES = {c.TYPE: c for c in (ExportRequest, Quit, Loading, Loaded, Unready, ExportReply,
-                             ExecutedNotebook, JudgeOptions, Job, Plan, Start, Owner, Result,
+                             ExecutedNotebook, JudgeOptions, Job, Plan, Start, Handover, Result,
                              Restart, Done, Ready)}
 
 

@@ -67,9 +67,9 @@ def enable_cache(cache_dir: str | None) -> None:
     that cache off and on process-wide, which must not happen while the compile pool works."""
     if not cache_dir:
         return
-    from . import grading
+    from . import baseline, grading
 
-    grading.CACHE_DIR = Path(cache_dir)
+    baseline.CACHE_DIR = Path(cache_dir)
     if grading.current_platform() == "cpu":
         return
     import jax
@@ -92,14 +92,15 @@ def warm(assignments: list[str], *, with_speed: bool) -> None:
     for p in registry.problems():
         if (assignments and p.assignment not in assignments) or p.baseline is None:
             continue
-        plan = grading.Plan(p, 0, False, True, grading.current_platform())
+        plan = grading.Plan(problem=p, seed=0, quick=False, with_big=True,
+                            platform=grading.current_platform())
         layout, case = plan.big("speed")
         mesh = grading.make_mesh(*layout)
-        args = grading._place(p, case, mesh)
+        args = grading.place_args(p, case, mesh)
         grading.baseline_text(p, layout, case, mesh, args)
         if timed:
             grading.compile_for(p, p.baseline, mesh, args, baseline=True,
-                                options=grading.speed_options())
+                                options=grading.CompileKind.SPEED.options())
 
 
 def exporter_for(job: Job, opts: JudgeOptions):
@@ -121,7 +122,7 @@ def exporter_for(job: Job, opts: JudgeOptions):
 
 def run(job: Job, opts: JudgeOptions, send, exporter) -> None:
     from ..core import errors
-    from ..core.records import Done, Owner, Plan, Restart, Result, Start
+    from ..core.records import Done, Handover, Plan, Restart, Result, Start
     from . import grading
     from .bigcases import BigCaseStore
     from .reuse import VerdictStore
@@ -169,10 +170,10 @@ def run(job: Job, opts: JudgeOptions, send, exporter) -> None:
         for p, plan in zip(probs, plans, strict=True):
             if p.name in exporter.defined:
                 exporter.submit(plan.all_requests())
-        grading.OWNER_HOOK = lambda owner: send(Owner(owner))
+        ownership = grading.Ownership(hook=lambda owner: send(Handover(owner)))
         serial = set(job.serial)
         for i, (p, plan) in enumerate(zip(probs, plans, strict=True)):
-            grading.owner_reset()
+            ownership.reset()
             send(Start(p.name))
             try:
                 with phase(f"function {p.name}"):
@@ -180,7 +181,8 @@ def run(job: Job, opts: JudgeOptions, send, exporter) -> None:
                                                export_timeout=opts.limits.export_limit_s(),
                                                with_speed=opts.with_speed, store=store,
                                                timed=opts.timed_speed or grading.timed_here(),
-                                               overlap=p.name not in serial)
+                                               overlap=p.name not in serial,
+                                               ownership=ownership)
             except Exception as e:  # noqa: BLE001 - the grader's own code failed: a regrade
                 import traceback
 
@@ -262,9 +264,6 @@ def serve(opts: JudgeOptions, send, setup) -> int:
             return 0
         import jax
 
-        from . import grading
-
-        grading.OWNER_HOOK = None
         jax.clear_caches()
         gc.collect()
         send(Ready())

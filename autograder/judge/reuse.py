@@ -31,7 +31,7 @@ The store lives in the trusted side's class-wide cache (``verdicts/``), which st
 never sees; only a function graded to the end in this process is stored, and a function
 whose programs did not all arrive intact is never looked up. A verdict that an artifact's
 failure to lower or compile in the judge decided is never stored
-(:attr:`~autograder.judge.grading.Programs.unsettled`): such a failure comes from what the
+(:attr:`~autograder.judge.programs.Programs.unsettled`): such a failure comes from what the
 judge does with the artifact as much as from the program's text, so it is nobody's verdict
 but this hand-in's.
 """
@@ -122,7 +122,7 @@ def located_digest(artifacts) -> str:
 
 def function_key(plan, digests: list[tuple], options: Optional[dict] = None) -> str:
     """The key of a function's verdict: ``digests`` is ``[(request, digest)]`` for every
-    request of ``plan`` (an :class:`~autograder.judge.grading.Plan`); ``options``: anything else
+    request of ``plan`` (an :class:`~autograder.judge.planning.Plan`); ``options``: anything else
     the verdict depends on (whether speed is checked)."""
     import jax
 

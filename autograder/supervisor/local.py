@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..core.problem import Problem
 from ..core.results import FunctionResult
-from ..judge import grading
+from ..judge import grading, running
 from ..worker.local import LocalExporter
 
 
@@ -18,5 +18,5 @@ def grade_function(problem: Problem, fn, **kw) -> FunctionResult:
     """Grade ``fn`` (trusted, defined in this process; None: not defined) as the judge grades a
     submission's program. ``kw`` as :func:`autograder.judge.grading.grade_function`."""
     source = None if not callable(fn) else LocalExporter.of(
-        problem.name, fn, per_request_s=grading.CALL_TIMEOUT)
+        problem.name, fn, per_request_s=running.CALL_TIMEOUT)
     return grading.grade_function(problem, source, **kw)

@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from ..core.clock import MACHINE_CLOCK, Deadline
-from ..core.records import (Done, Job, Owner, Plan, Ready, RecordError, Restart, Result, Start,
-                            parse)
+from ..core.records import (Done, Handover, Job, Owner, Plan, Ready, RecordError, Restart,
+                            Result, Start, parse)
 from ..core.results import CheckResult, FunctionResult, SubmissionResult, skipped
 from ..isolation.processes import die_with_parent
 from .handin import MAX_HANDIN, own_files, read_capped
@@ -119,8 +119,8 @@ class _Run:
     stopped: Optional[str] = None
     #: the function it was grading when it stopped (None: before or between functions)
     function: Optional[str] = None
-    #: whose work it was doing then (an Owner record's owner; the student's until it says)
-    owner: str = "student"
+    #: whose work it was doing then (the last Handover's; the student's until it says)
+    owner: Owner = Owner.STUDENT
     #: the judge asked to be replaced (a Restart record): the functions left go to a fresh one
     restart: Optional[str] = None
     peak_rss_mb: float = 0.0
@@ -318,14 +318,14 @@ def _run_grader(sub: Path, work: Path, opts: Options, *, only: Optional[list[str
             while b"\n" in buf and not done:
                 line, buf = buf.split(b"\n", 1)
                 try:
-                    rec = parse(line, allowed=(Plan, Start, Owner, Result, Restart, Done))
+                    rec = parse(line, allowed=(Plan, Start, Handover, Result, Restart, Done))
                 except RecordError:
                     continue
                 run.records.append(rec)
                 if isinstance(rec, Start):
-                    run.function, run.owner = rec.function, "student"
+                    run.function, run.owner = rec.function, Owner.STUDENT
                     phase = MACHINE_CLOCK.deadline(lim.per_function_s).sooner(deadline)
-                elif isinstance(rec, Owner):
+                elif isinstance(rec, Handover):
                     run.owner = rec.owner
                 elif isinstance(rec, Result):
                     run.function = None
@@ -425,10 +425,10 @@ def _blame(run: _Run, prob, lim: Limits) -> FunctionResult:
     if it was compiling, running or waiting on the submission's code; a regrade if it was doing
     the grader's own work, or both at once (where grading it again with nothing overlapping
     could not tell them apart: :func:`grade_submission` tries that first)."""
-    if run.owner == "both":
+    if run.owner is Owner.BOTH:
         return _regrade(prob, f"the grader's own work on this function and the submission's "
                         f"program ran together when {run.stopped}")
-    if run.owner == "grader":
+    if run.owner is Owner.GRADER:
         return _regrade(prob, f"the grader's own work on this function failed: {run.stopped}")
     return _zero(prob, f"{run.stopped} while grading this function (a loop that never ends, a "
                  "crash, or far too much memory)")
@@ -512,7 +512,7 @@ def grade_submission(submission: Path, opts: Optional[Options] = None, *,
             if run.stopped is not None:
                 if log is not None:
                     log(tail(work / "grader.log"))
-                if run.function is not None and run.owner == "both" \
+                if run.function is not None and run.owner is Owner.BOTH \
                         and run.function not in serial:
                     serial.append(run.function)  # graded again, alone: then it has one owner
                 elif run.function is not None:

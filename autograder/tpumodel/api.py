@@ -7,12 +7,13 @@ merge chunked collectives or make them asynchronous. Both are then costed by the
 """
 from __future__ import annotations
 
+import enum
 import glob
 import os
 import shutil
 import tempfile
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 from . import chips as chipmod
 from .cost import Geometry, build_tasks
@@ -49,8 +50,6 @@ def persistent_cache_on() -> bool:
 def compile_partitioned(lowered, compiler_options: Optional[dict] = None):
     """Compile ``lowered`` and also return the per-device HLO text right after SPMD
     partitioning: ``(compiled, text)``. The dump costs no second compile."""
-    import jax
-
     d = tempfile.mkdtemp(prefix="tpumodel-")
     # A persistent-cache hit skips XLA's passes, and with them the dump: compile afresh. The
     # switch is process-wide, so a process that compiles in several threads at once keeps the
@@ -408,33 +407,123 @@ def verdict(problem, st: Modeled, base: Modeled, floor: Optional[Floor] = None) 
     return out
 
 
-def grading_modeler(problem, fn, mesh, args, *, chip=None, program=False,
-                    texts: Optional[tuple[str, Optional[str]]] = None,
-                    pinned: Optional[Callable[[], tuple]] = None,
-                    measured: Optional[Callable[[], list]] = None,
-                    compiled=None, baseline: Optional[Modeled] = None) -> dict:
-    """The ``modeler`` hook of :func:`autograder.judge.grading.grade_function`.
+class ModelMode(enum.Enum):
+    """What a :class:`ModelRequest` gives the model of the student's side."""
+
+    #: ``fn``: the student's function (called with the mesh and the static values), traced and
+    #: partitioned here on ``args``
+    FUNCTION = "function"
+    #: ``fn``: an already bound program of the array arguments alone (a deserialized
+    #: ``jax.export`` artifact's ``call``), partitioned here on ``args``
+    PROGRAM = "program"
+    #: ``texts``: the two partitioned modules, already dumped (:func:`compile_partitioned`);
+    #: nothing is traced or compiled here
+    MODULES = "modules"
+
+
+#: the fields only a :attr:`ModelMode.MODULES` request carries
+_MODULES_ONLY = ("texts", "pinned", "measured", "compiled")
+
+
+@dataclass(frozen=True)
+class ModelRequest:
+    """One question to the modeler (:func:`grading_modeler`): the student's side in one
+    :class:`ModelMode`, checked when the request is made (a field its mode does not read is
+    refused, never ignored). Build it with :meth:`of_function`, :meth:`of_program` or
+    :meth:`of_modules`.
+
+    ``problem``: the registry's problem or the self-check's public one; ``mesh`` and ``args``:
+    the speed case's mesh and placed arguments. With :attr:`ModelMode.MODULES`: ``texts``, the
+    student's and the jit baseline's partitioned modules; ``measured()`` and ``pinned()``: the
+    counts of the instrumented run of the student's program on the grading input and the same
+    program pinned to them, which the model uses wherever its own walk differs
+    (:func:`model_measured`; :func:`run_hooks` makes both from one run); ``compiled``: the
+    executable XLA compiled from ``texts[0]``, whose own FLOP count is the floor under the
+    model's (:mod:`.work`). In every mode ``baseline``: the jit baseline's recorded figures
+    (:func:`recorded`) in place of its own module (``texts[1]``, or the baseline traced here):
+    how a release folder's self-check runs this same verdict where the baseline's code stays
+    with the grader. ``chip``: the TPU generation (None: the default)."""
+
+    problem: object
+    mode: ModelMode
+    mesh: object = None
+    args: Sequence = ()
+    fn: Optional[Callable] = None
+    texts: Optional[tuple[str, Optional[str]]] = None
+    pinned: Optional[Callable[[], tuple]] = None
+    measured: Optional[Callable[[], list]] = None
+    compiled: object = None
+    baseline: Optional[Modeled] = None
+    chip: Optional[str] = None
+
+    def __post_init__(self):
+        if not isinstance(self.mode, ModelMode):
+            raise TypeError(f"mode: expected a ModelMode, got {self.mode!r}")
+        if self.mode is ModelMode.MODULES:
+            if self.fn is not None:
+                raise ValueError("a MODULES request reads the partitioned modules, not fn")
+            if self.texts is None or len(self.texts) != 2 or not self.texts[0]:
+                raise ValueError("a MODULES request needs texts: (the student's partitioned "
+                                 "module, the jit baseline's or None)")
+            if self.texts[1] is None and self.baseline is None:
+                raise ValueError("a MODULES request needs the jit baseline's module "
+                                 "(texts[1]) or its recorded figures (baseline)")
+            return
+        if self.fn is None:
+            raise ValueError(f"a {self.mode.name} request needs fn")
+        given = [n for n in _MODULES_ONLY if getattr(self, n) is not None]
+        if given:
+            raise ValueError(f"{', '.join(given)}: read only by a MODULES request, "
+                             f"not by a {self.mode.name} one")
+
+    @classmethod
+    def of_function(cls, problem, fn, mesh, args, *, chip: Optional[str] = None,
+                    baseline: Optional[Modeled] = None) -> "ModelRequest":
+        """The student's function ``fn``, traced here on the placed ``args``."""
+        return cls(problem, ModelMode.FUNCTION, mesh, tuple(args), fn=fn, chip=chip,
+                   baseline=baseline)
+
+    @classmethod
+    def of_program(cls, problem, program, mesh, args, *, chip: Optional[str] = None,
+                   baseline: Optional[Modeled] = None) -> "ModelRequest":
+        """A bound ``program`` of the array arguments alone, partitioned here on ``args``."""
+        return cls(problem, ModelMode.PROGRAM, mesh, tuple(args), fn=program, chip=chip,
+                   baseline=baseline)
+
+    @classmethod
+    def of_modules(cls, problem, mesh, texts: tuple[str, Optional[str]], *, args=(),
+                   pinned: Optional[Callable[[], tuple]] = None,
+                   measured: Optional[Callable[[], list]] = None, compiled=None,
+                   baseline: Optional[Modeled] = None,
+                   chip: Optional[str] = None) -> "ModelRequest":
+        """The partitioned modules ``texts`` (the student's, the jit baseline's or None with
+        ``baseline``), with the run's counts and the compiled executable where known."""
+        return cls(problem, ModelMode.MODULES, mesh, tuple(args), texts=tuple(texts),
+                   pinned=pinned, measured=measured, compiled=compiled, baseline=baseline,
+                   chip=chip)
+
+
+def grading_modeler(request: ModelRequest) -> dict:
+    """The ``modeler`` of :func:`autograder.judge.grading.grade_function`: the speed check's
+    figures for one :class:`ModelRequest`.
 
     Returns ``{'chip', 'student_us', 'baseline_us', 'ratio', 'threshold', ...}``, or
     ``{'unreadable': why}`` when the student's program holds something the model cannot price
     (the speed check then fails and says why: a program the model cannot read is never judged
     on a laxer basis). Any other error is the model's own and propagates (the grader's fault).
-    ``measured()`` and ``pinned()`` (with ``texts``): the counts of the instrumented run of the
-    student's program on the grading input and the same program pinned to them, which the
-    model uses wherever its own walk differs (:func:`model_measured`; :func:`run_hooks` makes
-    both from one run).
-    ``compiled``: the executable XLA compiled from the student's module ``texts[0]``: its own
-    FLOP count is the floor under the model's (:mod:`.work`), and ``'flops'`` holds both
-    counts (:meth:`.work.Floor.to_dict`). ``baseline``: the jit baseline's recorded figures
-    (:func:`recorded`) in place of ``texts[1]``: how a release folder's self-check runs this
-    same verdict where the baseline's code stays with the grader."""
+    With ``compiled``, ``'flops'`` holds the model's and XLA's counts
+    (:meth:`.work.Floor.to_dict`)."""
+    if not isinstance(request, ModelRequest):
+        raise TypeError(f"the modeler takes a ModelRequest, not {type(request).__name__}")
+    r = request
     try:
-        st, base, floor = grading_models(problem, fn, mesh, args, chip=chip, program=program,
-                                         texts=texts, pinned=pinned, measured=measured,
-                                         compiled=compiled, baseline=baseline)
+        st, base, floor = grading_models(r.problem, r.fn, r.mesh, list(r.args), chip=r.chip,
+                                         program=r.mode is ModelMode.PROGRAM, texts=r.texts,
+                                         pinned=r.pinned, measured=r.measured,
+                                         compiled=r.compiled, baseline=r.baseline)
     except ModelError as e:
         return {"unreadable": str(e)[:300]}
-    return verdict(problem, st, base, floor)
+    return verdict(r.problem, st, base, floor)
 
 
 #: the precision a float32 matmul takes its MXU passes at (:data:`.cost.PRECISION_PASSES`)

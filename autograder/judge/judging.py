@@ -1,0 +1,127 @@
+"""Grading one function: its programs asked for, a verdict reused or its checks run in order
+(numerics, sharding, structure, memory, speed), each failure a failed check with a message."""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+from ..core.problem import Problem
+from ..core.results import CheckResult, FunctionResult, failed, skipped
+from ..course import checks
+from .measured import memory_check
+from .ownership import Ownership
+from .planning import Plan, plan_for
+from .pool import CompilePool
+from .programs import Programs
+from .reuse import VerdictStore
+from .running import gather_attempts, run_public_twin
+from .speed import default_modeler, speed_ahead_kind, speed_check, timed_here
+from .timing import phase
+
+
+def grade_function(problem: Problem, source, *, seed: int | None = None, quick: bool = False,
+                   with_speed: bool = True, modeler: Optional[Callable] = None,
+                   export_timeout: float = 120.0, plan: Optional[Plan] = None,
+                   store: Optional[VerdictStore] = None, overlap: bool = True,
+                   timed: Optional[bool] = None,
+                   ownership: Optional[Ownership] = None) -> FunctionResult:
+    """Grade one function from the programs ``source`` exports.
+
+    ``source`` is an :class:`~autograder.judge.artifacts.Exporter`: the sandboxed worker, or,
+    for trusted code in this process, :class:`~autograder.worker.local.LocalExporter` (see
+    :func:`autograder.supervisor.local.grade_function`); None: the submission does not define
+    the function. Every check runs on the exported program; nothing here calls the student's
+    Python. ``store``: verdicts of identical programs graded before on the same inputs
+    (:mod:`autograder.judge.reuse`), reused and added to. ``overlap`` False: no compile pool
+    (:meth:`CompilePool.compiling`), for a function whose last fault had no single owner.
+    ``ownership``: the job's (:class:`~autograder.judge.ownership.Ownership`: whose work the
+    judge is doing, told to whoever listens); None: one of this call's own, told to nobody.
+    ``timed``: the speed case is timed against the jit baseline and the wall-clock ratio decides,
+    the model's figure beside it (default: where the course's devices are real accelerators,
+    :func:`timed_here`; True on emulated CPU devices is a test of that path, not a grade).
+    """
+    if timed is None:
+        timed = timed_here()
+    res = FunctionResult(problem.name, float(problem.points), weights=dict(problem.weights))
+    if source is None or not hasattr(source, "export"):
+        why = f"function {problem.name!r} not found in the submission"
+        res.checks = [skipped(n, why) if n != "numerics" else failed(n, why)
+                      for n in problem.check_names]
+        return res
+    exporter = source
+    plan = plan or plan_for(problem, seed=seed, quick=quick, with_speed=with_speed)
+    requests = plan.all_requests()
+    programs = Programs(plan, ownership=ownership)
+    pool = CompilePool(programs, speed_ahead=speed_ahead_kind(modeler)
+                       if with_speed and problem.baseline is not None else None)
+    with pool.compiling(overlap):
+        # Programs compile as they arrive, beside the worker exporting the others; where an
+        # identical program's verdict may be reused, not before the lookup (a clone's programs
+        # would be compiled for nothing, the judge's cores taken from its worker)
+        with phase("wait for exports"):
+            replies = exporter.export(requests, export_timeout,
+                                      on_reply=pool.arrived if store is None else None)
+        programs.replies.update(replies)
+        key = programs.key(with_speed=with_speed, timed=timed) if store is not None else None
+        earlier = store.get(*key) if key else None
+        if earlier is not None:
+            try:
+                res.checks = [CheckResult.from_dict(c) for c in earlier]
+                res.reused = True
+                pool.cancel()
+                return res
+            except ValueError:
+                res.checks = []
+        pool.start_big()
+        _grade(programs, pool, res, with_speed=with_speed, modeler=modeler, timed=timed)
+    # A verdict that hit a time limit may owe it to a busy machine, one that an artifact's
+    # failure to lower or compile here decided to the judge's handling of it: never handed on.
+    if (key and programs.unsettled is None
+            and not any("timed out" in c.message for c in res.checks)):
+        store.put(key[0], [c.to_dict() for c in res.checks], key[1])
+    return res
+
+
+def _grade(programs: Programs, pool: CompilePool, res: FunctionResult, *, with_speed: bool,
+           modeler, timed: bool = False) -> None:
+    """The checks of a function whose programs are here (``pool`` compiles them), in order,
+    each run only where the one before lets it count."""
+    problem = programs.plan.problem
+    with phase("numerics (compile and run)"):
+        attempts = gather_attempts(programs, pool)
+    with phase("numerics: a public case"):
+        run_public_twin(programs, attempts)
+    with programs.ownership.grader_work("the numerics check"):
+        num = checks.numerics(problem, attempts)
+    res.checks.append(num)
+    if any(a.error is not None for a in attempts):
+        # a function that raised (or could not be exported or run) earns nothing else
+        res.checks += [skipped(n, "the function must run on every case first (see numerics)")
+                       for n in problem.check_names[1:]]
+        return
+    with programs.ownership.grader_work("the sharding check"):
+        res.checks.append(checks.sharding(problem, attempts))
+    if not num.passed:
+        res.checks += [skipped(n, "the numerics check must pass first")
+                       for n in problem.check_names[1:] if n != "sharding"]
+        return
+    with programs.ownership.grader_work("the structure check"):
+        structure = checks.structure(problem, attempts)
+    res.checks.append(structure)
+    # the memory and speed cases' programs are held to the rules the numerics programs kept
+    # (a program that broke them there has lost the structure share already, and is measured
+    # as it is, for information)
+    kept = structure.passed and bool(problem.rules)
+    # memory and speed count only where the structure check passed (checks.credited); a
+    # program that fails it is still measured, and its figures shown for information
+    if problem.memory_bound is not None:
+        with phase("memory"):
+            memory = memory_check(programs, rules=kept)
+        res.checks.append(checks.credited(memory, structure))
+    if problem.baseline is not None and with_speed:
+        if modeler is None:
+            modeler = default_modeler()
+        # a program the op table refuses fails speed with structure (core/optable.py)
+        refused = next((checks.at(problem, a.layout, None, a.paths.refused) for a in attempts
+                        if a.paths is not None and a.paths.refused), None)
+        speed = speed_check(programs, modeler, rules=kept, refused=refused, timed=timed)
+        res.checks.append(checks.credited(speed, structure))

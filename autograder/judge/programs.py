@@ -1,0 +1,224 @@
+"""The programs of one function: its artifacts, checked on arrival, and what is made of each (a
+compile of a given kind, the instrumented run that counts its loops), made once and cached."""
+from __future__ import annotations
+
+import contextlib
+import enum
+import threading
+from concurrent.futures import Future
+from typing import Any, Callable, Iterator, Optional
+
+from ..core import devices
+from ..core.compiling import (
+    FAST_CPU_COMPILE,
+    MEMORY_CPU_COMPILE,
+    MODEL_CPU_COMPILE,
+    SPEED_CPU_COMPILE,
+    on_cpu,
+    runner,
+)
+from ..core.problem import Case
+from ..core.records import ExportRequest
+from .artifacts import Artifact, ArtifactError, load_artifact
+from .ownership import Ownership
+from .placement import dynamic_args
+from .planning import Plan
+from .reuse import artifact_digest, function_key, located_digest
+from .timing import phase
+
+
+class CompileKind(enum.Enum):
+    """How a program is compiled, and the XLA options that takes where the course meshes are
+    emulated on CPU (:mod:`autograder.core.compiling`); on an accelerator every kind compiles
+    as XLA would (:meth:`options` is None)."""
+
+    #: the numerics cases' programs, run only for their values
+    NUMERICS = ("numerics", FAST_CPU_COMPILE)
+    #: the memory case's program: XLA's own passes, so its temp bytes are the real ones
+    MEMORY = ("memory", MEMORY_CPU_COMPILE)
+    #: the speed case's program where it is timed: as XLA would, on every platform
+    PLAIN = ("plain", None)
+    #: the speed case's program as the TPU model reads it: its partitioned module, its optimised
+    #: module and XLA's FLOP count (:func:`autograder.tpumodel.api.compile_partitioned`)
+    MODEL = ("model", MODEL_CPU_COMPILE)
+    #: the jit baseline timed beside the student's program, and the instrumented copy of a
+    #: memory or speed case's program run once to count its loops and branches
+    SPEED = ("speed", SPEED_CPU_COMPILE)
+
+    def __new__(cls, value: str, cpu: Optional[dict]):
+        kind = object.__new__(cls)
+        kind._value_ = value
+        kind.cpu = cpu
+        return kind
+
+    def options(self) -> Optional[dict]:
+        """The compiler options of this kind here: :attr:`cpu` on CPU (those this XLA knows),
+        None (as XLA would) elsewhere or where the kind has none."""
+        return None if self.cpu is None else on_cpu(self.cpu)
+
+
+class Reading(enum.Enum):
+    """What is made of a memory or speed case's program besides a compile, on that case's own
+    arrays (or its public twin's)."""
+
+    #: one instrumented run counting each loop's trips and each branch taken
+    #: (:class:`~autograder.tpumodel.loops.CountedRun`)
+    COUNTED = "counted"
+    #: its partitioned module with those counts pinned, for the TPU model
+    PINNED = "pinned"
+
+
+class Programs:
+    """The artifacts of one function, checked on arrival, and a cache of what is made of each:
+    a compile is keyed by ``(request id, CompileKind)``, a reading on a case's arrays by
+    ``(request id, Reading, twin)``. A product asked for while another thread makes it is
+    waited for, never made twice (the compile pool, :class:`~autograder.judge.pool.CompilePool`,
+    makes some ahead). ``ownership``: whose work the judge is doing (:mod:`.ownership`)."""
+
+    def __init__(self, plan: Plan, replies: Optional[dict] = None, *,
+                 ownership: Optional[Ownership] = None):
+        self.plan = plan
+        self.replies = dict(replies or {})
+        self.ownership = ownership if ownership is not None else Ownership()
+        self._loaded: dict = {}
+        self._made: dict = {}
+        self._lock = threading.Lock()
+        self._cases: Optional[list] = None
+        #: why this function's verdict may not be kept for another hand-in, or None: an
+        #: artifact failed to lower or compile in the judge (:meth:`_lowered`), a failure of
+        #: what the judge does with the artifact as much as of the program's text
+        #: (:mod:`autograder.judge.reuse`)
+        self.unsettled: Optional[str] = None
+
+    def request(self, layout, case: Case) -> ExportRequest:
+        return self.plan.request(layout, case)
+
+    def cases(self) -> list:
+        """The plan's numerics cases, made once (the first time a program arrives or is run)."""
+        if self._cases is None:
+            self._cases = self.plan.cases()
+        return self._cases
+
+    # -- artifacts -------------------------------------------------------------------------
+    def artifact(self, layout, case: Case) -> Artifact:
+        return self.loaded(self.request(layout, case))
+
+    def loaded(self, req: ExportRequest) -> Artifact:
+        """``req``'s artifact, checked and loaded once (:func:`load_artifact`); its
+        :class:`ArtifactError` raised each time it is asked for."""
+        if req.id not in self._loaded:
+            try:
+                got = load_artifact(self.replies.get(req.id), req)
+            except ArtifactError as e:
+                got = e
+            self._loaded.setdefault(req.id, got)
+        got = self._loaded[req.id]
+        if isinstance(got, ArtifactError):
+            raise got
+        return got
+
+    def key(self, *, with_speed: bool, timed: bool = False) -> Optional[tuple[str, str]]:
+        """``(key, located digest)`` of this function's verdict (:mod:`autograder.judge.reuse`);
+        None unless every program arrived intact."""
+        digests, artifacts = [], []
+        with phase("program digests"):
+            for req in self.plan.all_requests():
+                try:
+                    artifacts.append(self.loaded(req))
+                    digests.append((req, artifact_digest(artifacts[-1])))
+                except Exception:  # noqa: BLE001 - an export error, a broken artifact
+                    return None
+        options = {"speed": with_speed, **({"timed": True} if timed else {})}
+        return (function_key(self.plan, digests, options=options),
+                located_digest(artifacts))
+
+    # -- the cache -------------------------------------------------------------------------
+    def _once(self, key: tuple, make: Callable[[], Any]):
+        """``make()``'s result for ``key``, made once whichever thread asks first."""
+        with self._lock:
+            fut = self._made.get(key)
+            mine = fut is None
+            if mine:
+                fut = self._made[key] = Future()
+        if mine:
+            try:
+                fut.set_result(make())
+            except Exception as e:  # noqa: BLE001 - kept, and raised where it is used
+                fut.set_exception(e)
+        return fut.result()
+
+    @contextlib.contextmanager
+    def _lowered(self) -> Iterator[None]:
+        """Around lowering and compiling an artifact: a failure there marks this function's
+        verdict :attr:`unsettled`, and is raised on."""
+        try:
+            yield
+        except Exception as e:
+            self.unsettled = f"an artifact failed to lower or compile ({type(e).__name__})"
+            raise
+
+    # -- compiles --------------------------------------------------------------------------
+    def compiled(self, layout, case: Case, args, kind: CompileKind):
+        """The program of this case compiled as ``kind`` says, for ``args`` (the case's placed
+        arguments, or their shapes: the HLO and its text are the same). :attr:`CompileKind.MODEL`
+        gives ``(compiled, partitioned text)``: one compile for the TPU model gives its
+        partitioned module, its optimised module and XLA's FLOP count."""
+        return self.compiled_for(self.request(layout, case), args, kind)
+
+    def compiled_for(self, req: ExportRequest, args, kind: CompileKind):
+        """:meth:`compiled` of a request."""
+        def make():
+            art = self.loaded(req)
+            with self._lowered():
+                lowered = devices.lower(art.call, *dynamic_args(self.plan.problem, args))
+                if kind is CompileKind.MODEL:
+                    from ..tpumodel.api import compile_partitioned
+
+                    return compile_partitioned(lowered, kind.options())
+                return lowered.compile(kind.options())
+
+        return self._once((req.id, kind), make)
+
+    # -- readings on a case's arrays -------------------------------------------------------
+    def counted_run(self, layout, case: Case, args, *, twin: bool = False):
+        """The :class:`~autograder.tpumodel.loops.CountedRun` of a memory or speed case's
+        program on that case's own arrays: one instrumented run (the student's work) serves the
+        check of its result, the structure reading of the measured program and the model's
+        pinned loops. ``twin``: ``case`` is the speed case's public twin
+        (:meth:`Plan.public_big`), whose run is kept apart."""
+        def make():
+            from ..tpumodel.loops import count_run
+
+            art = self.artifact(layout, case)
+            return count_run(art.exported, dynamic_args(self.plan.problem, args),
+                             run=runner(CompileKind.SPEED.cpu))
+
+        return self._once((self.request(layout, case).id, Reading.COUNTED, twin), make)
+
+    def measured_counts(self, layout, case: Case, mesh, args, *, twin: bool = False) -> list:
+        """Per device of the speed case's mesh (row-major ids), what the one instrumented run of
+        its program counted (:meth:`counted_run`): what the TPU model's loops and branches
+        must be (:func:`autograder.tpumodel.api.model_measured`)."""
+        return self.counted_run(layout, case, args, twin=twin).per_device(*self._geometry(mesh))
+
+    def _geometry(self, mesh) -> tuple[tuple, tuple]:
+        """(mesh shape, axis names) as the counts are read: one device without a mesh."""
+        from ..tpumodel.api import _mesh_geometry
+
+        return _mesh_geometry(mesh if self.plan.problem.uses_mesh else None)
+
+    def pinned_speed_program(self, layout, case: Case, mesh, args, *,
+                             twin: bool = False) -> tuple[str, tuple, int]:
+        """``(partitioned text, trip counts, conditionals pinned)`` of the speed case's program
+        with each loop's trip count fixed to what it runs on the speed case's own arrays, and
+        each conditional that ran one branch per device fixed to it (counted here, by running
+        the instrumented artifact; see :mod:`autograder.tpumodel.loops`)."""
+        def make():
+            from ..tpumodel.api import pinned_by_run
+
+            return pinned_by_run(self.artifact(layout, case).exported,
+                                 dynamic_args(self.plan.problem, args),
+                                 self.counted_run(layout, case, args, twin=twin),
+                                 *self._geometry(mesh))
+
+        return self._once((self.request(layout, case).id, Reading.PINNED, twin), make)
