@@ -1,23 +1,27 @@
 """How long one complete correct submission takes to grade, through the trusted pipeline.
 
-    python benchmarks/bench_submission.py [--runs 1] [--no-speed] [--no-isolation] [--breakdown]
+    python benchmarks/bench_submission.py [--runs 1] [--no-speed] [--no-isolation] [--alone]
+                                          [--phases ps2_moe]
 
 Grades the reference answers of every assignment (``solutions/<assignment>.py``) exactly as
 ``python -m autograder grade`` does (a supervisor, the trusted grader, the sandboxed worker), one
-assignment after the other, and prints the seconds per assignment and in all. The trusted grader
-stays warm from one assignment to the next, as it does in a class run (``JudgePool``); the
-first assignment pays for starting it. Every check must
-pass; the script exits non-zero otherwise. The target (class-scale issue): a complete
-submission in at most 15 s on an idle 2-core machine.
+assignment after the other, and prints the seconds per assignment and in all, with the CPU
+seconds of each process (the trusted grader, the student's sandbox, the supervisor) and a table
+of where the grader's wall-clock and CPU seconds went, phase by phase. The trusted grader stays
+warm from one assignment to the next, as it does in a class run (``JudgePool``); the first
+assignment pays for starting it. Every check must pass; the script exits non-zero otherwise.
+
+By default the submission is one of a class graded on one seed, as ``grade-all`` and nbgrader's
+path grade: what is the same for every student (the jit baselines, the memory and speed cases
+and their NumPy answers) is made once for the class before the clock starts, and no verdict is
+reused (each grading is of a program never graded before). ``--alone`` grades as ``grade``
+does, each assignment on a fresh secret seed, drawing its big cases anew.
 
 Beside each time it prints the floor measured in the same run: the distinct programs grading
 compiles for that assignment (one per signature and mesh: the numerics programs, the memory and
 the speed case), compiled here with the grader's own options, one after the other, and the
-ratio of the grading time to that floor.
-
-The grading starts from what a class run starts from: a fresh class-wide cache holding only
-the jit baselines (warmed first, not counted), so no program of the submission is compiled
-before it is timed.
+ratio of the grading time to that floor. The targets (the grading-cost issue): a complete
+submission at most 1.5x its floor, each assignment at most 2x, idle on a 2-core machine.
 """
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import sys
 import tempfile
 import time
@@ -37,22 +42,6 @@ sys.path.insert(0, str(ROOT))
 
 from autograder.cli.main import grade_path  # noqa: E402
 from autograder.course import registry  # noqa: E402
-from autograder.supervisor.supervise import JUDGES  # noqa: E402
-
-
-def tree_cpu() -> float:
-    """CPU seconds of every process grading started: those that ended (reaped children) and
-    the warm trusted graders still alive, with the sandboxes they reaped."""
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    total = r.ru_utime + r.ru_stime
-    tick = os.sysconf("SC_CLK_TCK")
-    for pid in JUDGES.pids():
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += sum(int(v) for v in fields[11:15]) / tick  # utime stime cutime cstime
-    return total
 
 
 def compile_floor(asg: str, seed: int = 0) -> tuple[int, float]:
@@ -91,13 +80,74 @@ def compile_floor(asg: str, seed: int = 0) -> tuple[int, float]:
     return n, secs
 
 
+#: the seed of the class the benchmark's submission belongs to (any fixed one will do)
+CLASS_SEED = 20261128
+
+
+def warm_big_cases(cache: Path, seed: int, *, with_speed: bool) -> int:
+    """Draw every memory and speed case of ``seed`` and compute its NumPy answer into the
+    class-wide cache's store, as the class's first grading does (:mod:`autograder.judge.bigcases`):
+    what every later submission of the class reads instead of drawing. Returns how many."""
+    from autograder.judge import grading
+    from autograder.judge.bigcases import BigCaseStore
+
+    store, n = BigCaseStore(cache / "bigcases"), 0
+    for asg in registry.assignments():
+        for p in registry.problems(asg):
+            plan = grading.plan_for(p, seed=seed, with_speed=with_speed, big_cases=store)
+            for size in plan.big_sizes():
+                plan.big_case(size)
+                n += 1
+    return n
+
+
+def _records(trace: Path, start: int) -> list[dict]:
+    """The trusted graders' timing records appended to ``trace`` after its first ``start``
+    lines (:mod:`autograder.judge.timing`)."""
+    if not trace.exists():
+        return []
+    return [json.loads(line) for line in trace.read_text().splitlines()[start:]]
+
+
+def _lines(trace: Path) -> int:
+    return len(trace.read_text().splitlines()) if trace.exists() else 0
+
+
+def _self_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def phase_table(records: list[dict], runs: int, title: str) -> None:
+    """Wall-clock and CPU seconds per phase, summed over ``records`` and averaged over runs."""
+    wall: dict = defaultdict(float)
+    cpu: dict = defaultdict(float)
+    for rec in records:
+        for k, v in rec["phases"].items():
+            wall[k] += v / runs
+        for k, v in rec.get("cpu", {}).items():
+            cpu[k] += v / runs
+    print(f"\n{title}, summed over its trusted graders (phases nest; a phase's CPU is the "
+          "grader's, all its threads, while the phase ran):")
+    print(f"  {'phase':45s} {'wall':>7s} {'CPU':>7s}")
+    for k, v in sorted(wall.items(), key=lambda kv: -kv[1]):
+        print(f"  {k:45s} {v:6.1f}s {cpu.get(k, 0.0):6.1f}s")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--no-speed", action="store_true")
     ap.add_argument("--no-isolation", action="store_true")
+    ap.add_argument("--phases", action="append", default=[], metavar="ASSIGNMENT",
+                    help="also print where this assignment's seconds went (repeatable)")
+    ap.add_argument("--alone", action="store_true",
+                    help="grade as `grade` does, each assignment on a fresh secret seed (default: "
+                         "as a member of a class graded on one seed, whose big cases were drawn "
+                         "and answered once for the class)")
+    ap.add_argument("--seed", type=int, default=CLASS_SEED, help="the class's seed")
     ap.add_argument("--breakdown", action="store_true",
-                    help="also print where the trusted graders' seconds went (summed)")
+                    help="(kept for old command lines: the phase table is always printed)")
     a = ap.parse_args(argv)
     ok = True
     scratch = Path(tempfile.mkdtemp(prefix="bench-"))
@@ -114,18 +164,37 @@ def main(argv=None) -> int:
     from autograder.core.devices import setup_devices
 
     setup_devices()  # the floor compiles here; grading's processes are started with exec
+    seed = None if a.alone else a.seed
+    if seed is not None:
+        t0 = time.perf_counter()
+        n = warm_big_cases(scratch / "cache", seed, with_speed=not a.no_speed)
+        print(f"drawing and answering the class's {n} big cases (seed {seed}): "
+              f"{time.perf_counter() - t0:.1f} s (once per class, not counted)", flush=True)
     warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called")
+    by_asg: dict = defaultdict(list)
+    all_records: list = []
     for run in range(a.runs):
         total = total_cpu = 0.0
         floor_n, floor_s = 0, 0.0
         for asg in registry.assignments():
             sol = ROOT / "solutions" / f"{asg}.py"
+            start = _lines(trace)
             t0 = time.perf_counter()
-            c0 = tree_cpu()
-            res = grade_path(sol, asg, with_speed=not a.no_speed,
+            s0 = _self_cpu()
+            # every grading is of a program not graded before: no verdict is reused
+            shutil.rmtree(scratch / "cache" / "verdicts", ignore_errors=True)
+            res = grade_path(sol, asg, with_speed=not a.no_speed, seed=seed,
                              isolation=not a.no_isolation)
             secs = time.perf_counter() - t0
-            cpu = tree_cpu() - c0
+            supervisor = _self_cpu() - s0
+            records = _records(trace, start)
+            by_asg[asg] += records
+            all_records += records
+            used = [r.get("processes", {}) for r in records]
+            judge = sum(u.get("self", 0.0) for u in used)
+            # the sandbox's control group, else (no group) the judge's reaped children
+            sandbox = sum(u.get("sandbox", u.get("children", 0.0)) for u in used)
+            cpu = judge + sandbox + supervisor
             total_cpu += cpu
             total += secs
             failed = [f"{f.name}/{c.name}" for f in res.functions.values() for c in f.checks
@@ -134,9 +203,10 @@ def main(argv=None) -> int:
             failed += [f"{f.name} (a regrade: {f.regrade})" for f in res.functions.values()
                        if f.regrade]
             ok &= not failed
-            n, fs = compile_floor(asg)
+            n, fs = compile_floor(asg, seed or 0)
             floor_n, floor_s = floor_n + n, floor_s + fs
-            print(f"run {run + 1}  {asg:24s} {secs:6.1f} s  ({cpu:5.1f} CPU s)  "
+            print(f"run {run + 1}  {asg:24s} {secs:6.1f} s  ({cpu:5.1f} CPU s: judge "
+                  f"{judge:4.1f}, sandbox {sandbox:4.1f}, supervisor {supervisor:4.1f})  "
                   f"{res.score:g}/{res.max_score:g}  floor: {n:3d} programs {fs:5.1f} s, "
                   f"{secs / fs:4.1f}x" + (f"  FAILED: {', '.join(failed)}" if failed else ""),
                   flush=True)
@@ -145,14 +215,9 @@ def main(argv=None) -> int:
         print(f"run {run + 1}  compile floor           {floor_s:6.1f} s  ({floor_n} distinct "
               f"programs compiled here with grading's options; grading takes "
               f"{total / floor_s:.1f}x its floor)", flush=True)
-    if a.breakdown and trace.exists():
-        sums: dict = defaultdict(float)
-        for line in trace.read_text().splitlines():
-            for k, v in json.loads(line)["phases"].items():
-                sums[k] += v / a.runs
-        print("\nper complete submission, summed over its trusted graders (phases nest):")
-        for k, v in sorted(sums.items(), key=lambda kv: -kv[1]):
-            print(f"  {k:45s} {v:6.1f} s")
+    phase_table(all_records, a.runs, "per complete submission")
+    for asg in a.phases:
+        phase_table(by_asg.get(asg, []), a.runs, asg)
     return 0 if ok else 1
 
 

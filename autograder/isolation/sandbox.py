@@ -223,6 +223,10 @@ class Sandboxed:
         self.isolated = isolated
         #: its control group (the kernel's memory and process bound), or None: none here
         self.group = group
+        #: CPU seconds its processes used in all, read from its control group when it was
+        #: killed (None before, or without a group: its processes were then the caller's
+        #: children, counted in the caller's own usage of reaped children)
+        self.cpu_used_s: Optional[float] = None
         #: a host folder used as the worker's home without isolation (removed at the end)
         self.scratch: Optional[Path] = None
         #: names this sandbox in its clock's readings (never reused, unlike an object's id)
@@ -288,6 +292,7 @@ class Sandboxed:
         if self.scratch is not None:
             shutil.rmtree(self.scratch, ignore_errors=True)
         if self.group is not None:
+            self.cpu_used_s = self.group.usage_s()
             self.group.remove()
 
     def out_of_memory(self) -> bool:

@@ -290,6 +290,10 @@ class SandboxExporter:
             self.link.close()
             self._note_stop()
             self.box.kill()
+            if self.box.cpu_used_s is not None:
+                from . import timing
+
+                timing.add_process("sandbox", self.box.cpu_used_s)
             self.box = None
 
     def _note_stop(self) -> None:
