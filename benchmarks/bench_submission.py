@@ -60,21 +60,19 @@ def compile_floor(asg: str, seed: int = 0) -> tuple[int, float]:
         plan = grading.plan_for(p, seed=seed)
         replies = LocalExporter.of(p.name, getattr(sol, p.name)).export(plan.all_requests())
         programs = grading.Programs(plan, replies)
-        todo = [(lay, c, True) for lay, cs in plan.cases() for c in cs]
-        todo += [(*plan.big(size), size) for size in plan.big_sizes()]
+        kinds = {"memory": grading.CompileKind.MEMORY, "speed": grading.CompileKind.MODEL}
+        todo = [(lay, c, grading.CompileKind.NUMERICS) for lay, cs in plan.cases() for c in cs]
+        todo += [(*plan.big(size), kinds[size]) for size in plan.big_sizes()]
         seen = set()
-        for layout, case, how in todo:
+        for layout, case, kind in todo:
             rid = plan.request(layout, case).id
             if rid in seen:
                 continue
             seen.add(rid)
             mesh = grading.make_mesh(*layout)
-            args = grading._place(p, case, mesh)
+            args = grading.place_args(p, case, mesh)
             t0 = time.perf_counter()
-            if how == "speed":
-                programs.speed_program(layout, case, mesh, args)
-            else:
-                programs.compiled(layout, case, mesh, args, fast=how)
+            programs.compiled(layout, case, args, kind)
             secs += time.perf_counter() - t0
             n += 1
     return n, secs
@@ -99,6 +97,11 @@ def warm_big_cases(cache: Path, seed: int, *, with_speed: bool) -> int:
                 plan.big_case(size)
                 n += 1
     return n
+
+
+def _kept(cache: Path) -> int:
+    """How many big cases the class-wide store holds."""
+    return len(list((cache / "bigcases").glob("*.npz")))
 
 
 def _records(trace: Path, start: int) -> list[dict]:
@@ -154,11 +157,13 @@ def main(argv=None) -> int:
     trace = scratch / "timings.jsonl"
     os.environ["AUTOGRADER_TIMINGS"] = str(trace)
     os.environ["AUTOGRADER_CACHE_DIR"] = str(scratch / "cache")
-    from autograder.supervisor.options import Options
+    from autograder.supervisor.options import Options, cache_for
     from autograder.supervisor.supervise import warm_cache
 
     t0 = time.perf_counter()
-    warm_cache(Options(isolation=not a.no_isolation, with_speed=not a.no_speed))
+    opts = Options(isolation=not a.no_isolation, with_speed=not a.no_speed)
+    cache = cache_for(opts)  # the trusted side's class-wide cache, as grading finds it
+    warm_cache(opts)
     print(f"warming the baselines into a fresh cache: {time.perf_counter() - t0:.1f} s "
           "(once per class, not counted)", flush=True)
     from autograder.core.devices import setup_devices
@@ -167,9 +172,10 @@ def main(argv=None) -> int:
     seed = None if a.alone else a.seed
     if seed is not None:
         t0 = time.perf_counter()
-        n = warm_big_cases(scratch / "cache", seed, with_speed=not a.no_speed)
+        n = warm_big_cases(cache, seed, with_speed=not a.no_speed)
         print(f"drawing and answering the class's {n} big cases (seed {seed}): "
               f"{time.perf_counter() - t0:.1f} s (once per class, not counted)", flush=True)
+    kept = _kept(cache)
     warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called")
     by_asg: dict = defaultdict(list)
     all_records: list = []
@@ -182,12 +188,16 @@ def main(argv=None) -> int:
             t0 = time.perf_counter()
             s0 = _self_cpu()
             # every grading is of a program not graded before: no verdict is reused
-            shutil.rmtree(scratch / "cache" / "verdicts", ignore_errors=True)
+            shutil.rmtree(cache / "verdicts", ignore_errors=True)
             res = grade_path(sol, asg, with_speed=not a.no_speed, seed=seed,
                              isolation=not a.no_isolation)
             secs = time.perf_counter() - t0
             supervisor = _self_cpu() - s0
             records = _records(trace, start)
+            if seed is not None and _kept(cache) != kept:
+                print(f"warning: grading {asg} drew big cases the class had drawn (the class-wide "
+                      "store missed): its figures are not a class member's", flush=True)
+                kept = _kept(cache)
             by_asg[asg] += records
             all_records += records
             used = [r.get("processes", {}) for r in records]

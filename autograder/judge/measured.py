@@ -2,7 +2,7 @@
 that case's answer and keep the structure rules its numerics programs kept."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -56,13 +56,16 @@ def memory_check(programs: Programs, *, rules: bool) -> CheckResult:
 
 
 def measured_program_wrong(programs: Programs, check: str, where: str, compiled, big: BigCase,
-                           mesh, args, *, rules: bool) -> Optional[CheckResult]:
+                           mesh, args, *, rules: bool,
+                           runnable: Optional[Callable[[], Any]] = None) -> Optional[CheckResult]:
     """A failed ``check`` when the program compiled for the memory or speed case may not be
     measured, else None: it must compute the case's answer (:func:`big_case_values`) and,
     where the numerics programs kept the structure rules (``rules``), keep them too
-    (:func:`big_case_structure`)."""
+    (:func:`big_case_structure`). ``runnable()``: the same program compiled to run, where
+    ``compiled`` was compiled only to be read (default: ``compiled`` runs)."""
     with phase(f"{check}: check the values"):
-        wrong = big_case_values(programs, check, where, compiled, big, args)
+        wrong = big_case_values(programs, check, where, compiled, big, args,
+                                runnable=runnable)
     if wrong is None and rules:
         with phase(f"{check}: structure"):
             wrong = big_case_structure(programs, check, big, mesh, args, compiled)
@@ -70,14 +73,17 @@ def measured_program_wrong(programs: Programs, check: str, where: str, compiled,
 
 
 def big_case_values(programs: Programs, check: str, where: str, compiled, big: BigCase,
-                    args) -> Optional[CheckResult]:
+                    args, *, runnable: Optional[Callable[[], Any]] = None
+                    ) -> Optional[CheckResult]:
     """Run the program compiled for the memory or speed case once and compare its output with
     the NumPy reference (:func:`checks.big_case_values`; ``big``'s answer is made
     beforehand, :func:`answered`). A program with loops or branches runs once, instrumented
     (:meth:`Programs.counted_run`): its result is checked here and its counts serve the
     structure rules and the model, so the big case is not run twice. The same computation
-    either way; where the counting copy cannot be made, the compiled program runs (the
-    structure and model readings then fail with the reason)."""
+    either way; where the counting copy cannot be made, or there is nothing to count, the
+    compiled program runs (``runnable()``'s, where given: see :func:`measured_program_wrong`;
+    the structure and model readings of a program that could not be counted then fail with the
+    reason)."""
     import jax
 
     from ..tpumodel.loops import LoopCountError
@@ -88,7 +94,7 @@ def big_case_values(programs: Programs, check: str, where: str, compiled, big: B
     except LoopCountError:
         out = None
     if out is None:
-        out = compiled(*dynamic_args(problem, args))
+        out = (compiled if runnable is None else runnable())(*dynamic_args(problem, args))
     out = genuine_array(out)
     value = np.asarray(jax.device_get(out))
     expected = big.expected

@@ -41,8 +41,9 @@ class CompileKind(enum.Enum):
     #: the speed case's program as the TPU model reads it: its partitioned module, its optimised
     #: module and XLA's FLOP count (:func:`autograder.tpumodel.api.compile_partitioned`)
     MODEL = ("model", MODEL_CPU_COMPILE)
-    #: the jit baseline timed beside the student's program, and the instrumented copy of a
-    #: memory or speed case's program run once to count its loops and branches
+    #: the jit baseline timed beside the student's program, the instrumented copy of a memory
+    #: or speed case's program run once to count its loops and branches, and the speed case's
+    #: program run once for its values where it has nothing to count and the model read it
     SPEED = ("speed", SPEED_CPU_COMPILE)
 
     def __new__(cls, value: str, cpu: Optional[dict]):
