@@ -10,6 +10,7 @@ from ..core.meshes import make_mesh
 from ..core.problem import Case
 from .placement import place_args, shaped_args
 from .programs import CompileKind, Programs
+from .timing import phase
 
 #: programs compiled at once for the numerics (one per core here)
 COMPILE_THREADS = max(1, min(4, os.cpu_count() or 1))
@@ -100,7 +101,7 @@ class CompilePool:
             if self._cancelled:
                 return
             try:
-                with programs.ownership.pool_job():
+                with programs.ownership.pool_job(), phase("pool: compile numerics"):
                     args = place_args(problem, case, make_mesh(*layout))
                     programs.compiled(layout, case, args, CompileKind.NUMERICS)
             except Exception:  # noqa: BLE001 - run_case reports it
@@ -127,7 +128,7 @@ class CompilePool:
         programs = self.programs
         req = programs.plan.big_request(size)
         try:
-            with programs.ownership.pool_job():
+            with programs.ownership.pool_job(), phase(f"pool: compile the {size} case"):
                 problem = programs.plan.problem
                 args = shaped_args(problem, req, make_mesh(*problem.speed_layout))
                 kind = CompileKind.MEMORY if size == "memory" else self.speed_ahead

@@ -3,9 +3,10 @@
     with phase("compile numerics"):
         ...
 
-Each phase sums its wall-clock seconds and the CPU seconds this process spent while it ran
-(every thread's: the XLA threads a compile or a run uses are counted, and so is another
-thread's work that overlaps the phase, so CPU figures of overlapping phases are not additive).
+Each phase sums its wall-clock seconds, the CPU seconds of the thread that ran it (its own
+work) and the CPU seconds this process spent while it ran (every thread's: the threads XLA
+runs a program on are counted, and so is another thread's work that overlaps the phase, so
+those figures of overlapping phases are not additive).
 The trusted grader appends its totals, one JSON object per run, to the file named by
 ``$AUTOGRADER_TIMINGS`` (``benchmarks/bench_submission.py`` reads them), with the CPU seconds
 of the process itself and of the sandboxed workers it started and reaped since the last
@@ -23,9 +24,11 @@ from collections import defaultdict
 
 _clock = time.perf_counter
 _cpu = time.process_time
+_own = time.thread_time
 _lock = threading.Lock()
 _totals: dict[str, float] = defaultdict(float)
 _cpu_totals: dict[str, float] = defaultdict(float)
+_own_totals: dict[str, float] = defaultdict(float)
 
 
 def _usage() -> dict[str, float]:
@@ -42,14 +45,15 @@ _since = _usage()
 
 @contextlib.contextmanager
 def phase(name: str):
-    t0, c0 = _clock(), _cpu()
+    t0, c0, o0 = _clock(), _cpu(), _own()
     try:
         yield
     finally:
-        t1, c1 = _clock(), _cpu()
+        t1, c1, o1 = _clock(), _cpu(), _own()
         with _lock:
             _totals[name] += t1 - t0
             _cpu_totals[name] += c1 - c0
+            _own_totals[name] += o1 - o0
 
 
 def add(name: str, seconds: float) -> None:
@@ -79,6 +83,13 @@ def add_process(name: str, cpu_s: float) -> None:
         _others[name] += cpu_s
 
 
+def own_totals() -> dict[str, float]:
+    """The CPU seconds of the thread that ran each phase, while it ran (its own work: not the
+    other threads', nor those XLA runs a program on)."""
+    with _lock:
+        return {k: round(v, 3) for k, v in _own_totals.items()}
+
+
 def processes() -> dict[str, float]:
     """CPU seconds since the last :func:`reset`: ``self`` (this process), ``children`` (the
     processes it started and reaped: the sandboxed workers run without a control group) and
@@ -95,6 +106,7 @@ def reset() -> None:
     with _lock:
         _totals.clear()
         _cpu_totals.clear()
+        _own_totals.clear()
         _others.clear()
         _since = _usage()
 
@@ -106,4 +118,4 @@ def write(label: str) -> None:
         return
     with open(path, "a", encoding="utf-8") as f:
         f.write(json.dumps({"label": label, "phases": totals(), "cpu": cpu_totals(),
-                            "processes": processes()}) + "\n")
+                            "own cpu": own_totals(), "processes": processes()}) + "\n")
