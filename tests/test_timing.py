@@ -1,0 +1,44 @@
+"""Where a grading's seconds go (autograder/judge/timing.py, read by benchmarks/bench_submission.py):
+each phase's wall-clock, its own thread's CPU and its process's CPU, and the CPU of the
+processes a grader started, counted until the next reset."""
+import json
+
+import pytest
+
+from autograder.judge import timing
+
+pytestmark = pytest.mark.orchestration
+
+
+def _spin(seconds: float) -> None:
+    import time
+
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+def test_a_phase_counts_its_wall_clock_its_own_cpu_and_its_process_cpu(monkeypatch, tmp_path):
+    timing.reset()
+    with timing.phase("busy"):
+        _spin(0.05)
+    with timing.phase("idle"):
+        import time
+
+        time.sleep(0.05)
+    wall, own, every = timing.totals(), timing.own_totals(), timing.cpu_totals()
+    assert own["busy"] >= 0.04 and every["busy"] >= own["busy"] - 0.01
+    assert wall["idle"] >= 0.04 and own["idle"] < 0.02
+    timing.add_process("sandbox", 1.5)
+    timing.add_process("sandbox", 0.5)
+    used = timing.processes()
+    assert used["sandbox"] == 2.0 and used["self"] >= 0.04 and "children" in used
+    trace = tmp_path / "timings.jsonl"
+    monkeypatch.setenv("AUTOGRADER_TIMINGS", str(trace))
+    timing.write("ps1_sharding")
+    rec = json.loads(trace.read_text())
+    assert rec["label"] == "ps1_sharding" and rec["processes"]["sandbox"] == 2.0
+    assert set(rec["phases"]) == set(rec["cpu"]) == set(rec["own cpu"]) == {"busy", "idle"}
+    timing.reset()
+    assert timing.totals() == {} and "sandbox" not in timing.processes()
+    assert timing.processes()["self"] < 0.04  # counted afresh from the reset
