@@ -91,7 +91,6 @@ def _dot_flops(op, ins: list, outs: list) -> int:
     return int(2 * np.prod(outs[0][0], dtype=np.int64) * np.prod(contracted, dtype=np.int64))
 
 
-
 class _Walker:
     """Walks a module's functions into a flat list of :class:`Op` (program order)."""
 

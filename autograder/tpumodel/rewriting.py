@@ -86,7 +86,6 @@ def _terminator(block):
     return block.operations[len(block.operations) - 1]
 
 
-
 # -- escaping a value to @main -----------------------------------------------------------------
 
 class _Escaper:
