@@ -28,12 +28,14 @@ fails nbgrader's step for it (:class:`FailOnRegrade`: exit status 1, graded agai
 run), the judge's log of such a hand-in is kept under ``.autograder/logs/``, a cell stopped by
 ``cell_timeout`` is named in that student's feedback, and the command ends with one summary
 block on stderr (:func:`summary`).
+
+This module holds the steps nbgrader loads (``nbgrader_config.py`` names it) and is the plugin's
+surface; the work on a hand-in's cells is :mod:`.handin_notebook`, the end-of-run summary
+:mod:`.autograde_summary`, the notebooks made from grade-all's reports :mod:`.autograded`.
 """
 from __future__ import annotations
 
-import re
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -50,9 +52,21 @@ from nbgrader.preprocessors import (
 from traitlets import Bool, Float, Integer
 
 from ..core.records import Limits
+from .autograde_summary import RUN, AutogradeOutcome, summary, without_notebook
+from .autograded import REPORT_KEY, autograded_notebook, write_autograded
+from .handin_notebook import (FEEDBACK_WIDTH, fill_hidden_cells, fill_student_cells,
+                              graded_cells, hung_functions, keep_recorded_cells,
+                              note_changed_checks, recorded_cells, restore_hidden_cells,
+                              strip_own_metadata, wrap_report)
 
-#: a hidden test cell is ``grade_<function>``, as tools/build_notebooks.py names it
-_GRADE_ID = re.compile(r"^grade_(\w+)$")
+__all__ = ["FEEDBACK_WIDTH", "LOGS", "REPORT_KEY", "RESOURCES_KEY", "RUN", "AutogradeOutcome",
+           "DuplicateCells", "FailOnRegrade", "GradeInSandbox", "MarkRegrades",
+           "NamedDuplicates", "NeedsRegrade", "OverwriteReleasedCells", "autograded_notebook",
+           "configure", "fill_hidden_cells", "fill_student_cells", "graded_cells",
+           "hung_functions", "keep_recorded_cells", "note_changed_checks", "recorded_cells",
+           "restore_hidden_cells", "strip_own_metadata", "summary", "without_notebook",
+           "wrap_report", "write_autograded"]
+
 _MAX_NOTEBOOK = 32 << 20
 
 
@@ -142,33 +156,6 @@ class OverwriteReleasedCells(OverwriteCells):
         return super().preprocess_cell(cell, resources, cell_index)
 
 
-def graded_cells(nb) -> dict[int, str]:
-    """Index of each hidden test cell -> the graded function it stands for."""
-    out = {}
-    for i, cell in enumerate(nb.cells):
-        if cell.cell_type == "code" and utils.is_grade(cell):
-            m = _GRADE_ID.match(cell.metadata["nbgrader"].get("grade_id", ""))
-            out[i] = m.group(1) if m else ""
-    return out
-
-
-#: the prefix of every metadata key the grader writes into a notebook
-OWN_METADATA = "autograder"
-
-
-def strip_own_metadata(nb) -> list[str]:
-    """Drop every ``autograder*`` metadata key of ``nb`` and of its cells (what a hand-in
-    carries there was planted: only the grader writes such keys, after grading); the keys
-    dropped, for the log."""
-    dropped = []
-    for where, meta in [("notebook", nb.metadata)] + [
-            (f"cell {i + 1}", c.get("metadata", {})) for i, c in enumerate(nb.cells)]:
-        for k in [k for k in meta if str(k).startswith(OWN_METADATA)]:
-            del meta[k]
-            dropped.append(f"{where}: {k}")
-    return dropped
-
-
 class DuplicateCells(ValueError):
     """A hand-in whose notebook has two cells of one nbgrader name."""
 
@@ -200,303 +187,10 @@ class NamedDuplicates(DeduplicateIds):
         return super().preprocess(nb, resources)
 
 
-#: how the notebook's "what the grader checks" cell of a function begins (course/bars.py)
-_CHECKS_HEAD = re.compile(r"\*\*What the grader checks for `(\w+)`\*\*")
-
-
-def note_changed_checks(nb) -> list[str]:
-    """Where a function's "What the grader checks" cell in the hand-in says other than the
-    grader that graded it (a limit changed after the hand-out), that cell now shows the
-    grader's checks and says so, with the hand-out's text below it: the feedback page never
-    sets the old limit beside the new one without a word. The functions whose cell changed."""
-    from ..course import bars, registry
-
-    changed, graded = [], {p.name for p in registry.problems()}
-    for cell in nb.cells:
-        m = _CHECKS_HEAD.match(cell.get("source", "")) if cell.cell_type == "markdown" else None
-        if m is None or m.group(1) not in graded:
-            continue
-        now = bars.bar(registry.get(m.group(1))).markdown()
-        if cell.source.strip() == now.strip():
-            continue
-        old = "\n".join(f"> {line}" for line in cell.source.strip().splitlines())
-        cell.source = (f"{now}\n\n*Changed since this notebook was handed out: the checks "
-                       f"above are the ones this hand-in was graded with. The hand-out said:*"
-                       f"\n\n{old}")
-        changed.append(m.group(1))
-    return changed
-
-
-def restore_hidden_cells(nb, assignment: str | None) -> list[str]:
-    """Put back the hidden cell (``grade_<function>``) of every graded function of
-    ``assignment`` that the hand-in no longer has, after its ``check_``/``solution_`` cell (or
-    at the end), so that its grade reaches nbgrader's gradebook as ``grade-all`` writes it
-    there; the functions whose cell was put back."""
-    from ..course import registry
-
-    if not assignment or assignment not in registry.assignments():
-        return []
-    have = set(graded_cells(nb).values())
-    ids = {c.get("metadata", {}).get("nbgrader", {}).get("grade_id"): i
-           for i, c in enumerate(nb.cells)}
-    restored = []
-    for prob in registry.problems(assignment):
-        if prob.name in have:
-            continue
-        cell = nbformat.v4.new_code_cell(
-            f"# The course autograder grades `{prob.name}` here (this hidden cell was removed "
-            "from the notebook and put back by the grader).")
-        cell.metadata["nbgrader"] = {"grade": True, "grade_id": f"grade_{prob.name}",
-                                     "locked": True, "points": float(prob.points),
-                                     "schema_version": 3, "solution": False}
-        at = ids.get(f"check_{prob.name}", ids.get(f"solution_{prob.name}"))
-        if at is None:
-            nb.cells.append(cell)
-        else:
-            nb.cells.insert(at + 1, cell)
-        ids = {c.get("metadata", {}).get("nbgrader", {}).get("grade_id"): i
-               for i, c in enumerate(nb.cells)}
-        restored.append(prob.name)
-    return restored
-
-
-#: what a put-back hidden cell says above its function's report
-RESTORED = ("the hidden cell of {fn} was removed from the notebook; the grader put it back and "
-            "graded {fn} from your code, as it grades every function of the assignment")
-
-
-def hung_functions(res) -> list[str]:
-    """The graded functions of ``res`` (a SubmissionResult, or None) that ran past a time
-    limit while graded: running the notebook's cells would only wait for them again."""
-    if res is None:
-        return []
-    return sorted(n for n, r in res.functions.items()
-                  if any("time limit" in (c.message or "") for c in r.checks))
-
-
-#: the width feedback lines are wrapped at (nbgrader's feedback shows outputs unwrapped)
-FEEDBACK_WIDTH = 96
-
-
-def wrap_report(report: str, width: int = FEEDBACK_WIDTH) -> str:
-    """``report`` with each long line wrapped, its continuation indented under its start."""
-    import textwrap
-
-    out = []
-    for line in report.splitlines():
-        indent = " " * (len(line) - len(line.lstrip()) + 4)
-        out.append(textwrap.fill(line, width, subsequent_indent=indent, break_long_words=False,
-                                 break_on_hyphens=False) if len(line) > width else line)
-    return "\n".join(out)
-
-
 #: where ``nbgrader autograde`` keeps the judge's log of a hand-in that needs a regrade,
 #: relative to the course folder (beside the course's seed)
 LOGS = Path(".autograder") / "logs"
 
-#: what the feedback says in a cell that the cell limit stopped
-STOPPED = ("[grader] this cell was stopped after {s:g} s, the limit for one cell when the grader "
-           "runs your notebook for this feedback; the cells below it were not run and show the "
-           "outputs they were handed in with. Your grade does not depend on it: your graded "
-           "functions were graded apart, from your code. Make the cell finish sooner (a smaller "
-           "size, fewer steps) to see its output here.")
-#: what the feedback says in the first code cell after the last graded cell
-NOT_RUN = ("[grader] this cell and the ones below it were not run for this feedback (they come "
-           "after the last graded cell and decide nothing); they show the outputs they were "
-           "handed in with.")
-
-
-def _grader_line(text: str):
-    return nbformat.v4.new_output("stream", name="stderr", text=wrap_report(text) + "\n")
-
-
-def fill_student_cells(nb, executed, graded, *, until: Optional[int], stopped: Optional[int],
-                       cell_timeout: float) -> None:
-    """The student's code cells of ``nb`` get their outputs from ``executed`` (the run for the
-    feedback, which ran the cells before ``until`` and stopped at cell ``stopped`` if the cell
-    limit ended it); a cell that did not run keeps the outputs it was handed in with, the
-    stopped cell says so, and so does the first code cell after ``until``."""
-    for i, cell in enumerate(nb.cells):
-        if cell.cell_type != "code" or i in graded:
-            continue
-        if (until is not None and i >= until) or (stopped is not None and i > stopped):
-            continue  # not run: as handed in
-        cell.outputs = executed.cells[i].get("outputs", [])
-        cell.execution_count = executed.cells[i].get("execution_count")
-    if stopped is not None:
-        nb.cells[stopped].outputs.append(_grader_line(STOPPED.format(s=cell_timeout)))
-    elif until is not None:
-        after = next((c for c in nb.cells[until:] if c.cell_type == "code" and c.source.strip()
-                      and not utils.is_grade(c)), None)
-        if after is not None:
-            after.outputs = [_grader_line(NOT_RUN)] + list(after.get("outputs", []))
-
-
-@dataclass
-class AutogradeOutcome:
-    """What ``nbgrader autograde`` did with one hand-in, for the end-of-run summary."""
-
-    student: str
-    assignment: str
-    #: the functions the grader failed on (the grader's fault: graded again next run)
-    regrade: tuple = ()
-    #: why the hand-in was refused before grading (its own fault), or ""
-    refused: str = ""
-    #: the grader's own error on the whole hand-in, or ""
-    error: str = ""
-    #: the notebook's cell (1-based) that the cell limit stopped in the run for the feedback
-    stopped_cell: Optional[int] = None
-    #: the judge's log kept for a hand-in that needs a regrade
-    log: Optional[Path] = None
-
-
-def without_notebook(root: Path, assignments, students: str = "*") -> list[tuple[str, str, str]]:
-    """(student, assignment, file) of each hand-in folder ``submitted/<student>/<assignment>/``
-    (``students``: nbgrader's ``--student`` pattern) that holds no notebook but a file handed in
-    in its place (a ``.py``): nbgrader autograde skips such a folder with a warning and makes no
-    submission of it; grade-all refuses it (batch.py). Both list it for a look."""
-    import fnmatch
-
-    out = []
-    for asg in sorted(set(assignments)):
-        for folder in sorted(Path(root).glob(f"submitted/*/{asg}")):
-            student = folder.parent.name
-            if not fnmatch.fnmatch(student, students or "*") or not folder.is_dir():
-                continue
-            names = sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))
-            if any(n.endswith(".ipynb") for n in names):
-                continue
-            handed = [n for n in names if n.endswith(".py")]
-            if handed:
-                out.append((student, asg, handed[0]))
-    return out
-
-
-def summary(handins: list, cell_timeout: float, skipped=()) -> str:
-    """One short block: how many hand-ins were graded, refused, need a regrade, had a cell
-    stopped by the cell limit; each one that needs a look, and what to do. ``skipped``:
-    :func:`without_notebook`'s hand-ins, which nbgrader did not grade."""
-    refused = [h for h in handins if h.refused]
-    failed = [h for h in handins if h.error and not h.refused]
-    regrade = [h for h in handins if h.regrade and not h.error and not h.refused]
-    stopped = [h for h in handins if h.stopped_cell is not None]
-    graded = len(handins) - len(refused) - len(failed) - len(regrade)
-    lines = [f"course grader: {len(handins)} hand-in(s) in this run: {graded} graded, "
-             f"{len(refused)} refused, {len(regrade) + len(failed)} need a regrade, "
-             f"{len(stopped)} with a cell stopped by cell_timeout ({cell_timeout:g} s)"]
-    for h in refused:
-        lines.append(f"  refused: {h.student}/{h.assignment}: {h.refused} (the hand-in's "
-                     "fault: fix it, then run the same command again)")
-    for h in regrade:
-        lines.append(f"  needs regrade: {h.student}/{h.assignment}: {', '.join(h.regrade)} "
-                     "(the grader failed, not the student)"
-                     + (f"; the grader's log: {h.log}" if h.log else ""))
-    for h in failed:
-        lines.append(f"  needs regrade: {h.student}/{h.assignment}: not graded ({h.error})")
-    for student, asg, name in skipped:
-        lines.append(f"  not graded: {student}/{asg}: holds {name}, not the notebook "
-                     f"{asg}.ipynb: nbgrader grades the notebook only (no submission made; "
-                     "grade-all refuses it too): ask for the notebook")
-    for h in stopped:
-        lines.append(f"  cell stopped: {h.student}/{h.assignment}: cell {h.stopped_cell} ran "
-                     f"past {cell_timeout:g} s in the run for the feedback (its feedback says "
-                     "so; the grade does not depend on it)")
-    if refused or regrade or failed:
-        lines.append("  exit 1: run the same command again; it grades again the hand-ins above "
-                     "and skips the rest (--force grades every hand-in again)")
-    return "\n".join(lines)
-
-
-class _Run:
-    """The hand-ins of this process's ``nbgrader autograde``; the command line's run prints
-    their :func:`summary` to stderr when it ends (after nbgrader's own last lines)."""
-
-    def __init__(self):
-        import threading
-
-        self._lock = threading.Lock()
-        self._handins: list = []
-        self._timeout = 0.0
-        self._registered = False
-        self._course: Optional[tuple] = None  # (root, student pattern) of this run
-
-    def add(self, handin: AutogradeOutcome, step: "GradeInSandbox") -> None:
-        if not _command_line():  # nbgrader's API: its caller reads the warnings in the log
-            return
-        with self._lock:
-            self._handins.append(handin)
-            self._timeout = step.cell_timeout
-            if self._course is None:
-                from nbgrader.coursedir import CourseDirectory
-
-                cd = CourseDirectory(config=step.config)
-                self._course = (Path(cd.root), cd.student_id)
-            if not self._registered:
-                import atexit
-
-                atexit.register(self.print_summary)
-                self._registered = True
-
-    def take(self) -> tuple:
-        """The hand-ins so far (and the cell limit), forgotten here."""
-        with self._lock:
-            out, self._handins = self._handins, []
-            return out, self._timeout
-
-    def print_summary(self) -> None:
-        import sys
-
-        handins, timeout = self.take()
-        if handins:
-            skipped = ()
-            if self._course is not None:
-                root, students = self._course
-                skipped = without_notebook(root, {h.assignment for h in handins}, students)
-            print("\n" + summary(handins, timeout, skipped), file=sys.stderr, flush=True)
-
-
-def _command_line() -> bool:
-    """Whether this process runs ``nbgrader autograde`` from the command line (not nbgrader's
-    Python API, whose caller reads the log, or formgrader)."""
-    try:
-        from nbgrader.apps import AutogradeApp
-    except ImportError:  # pragma: no cover
-        return False
-    return AutogradeApp.initialized()
-
-
-#: this process's autograde run
-RUN = _Run()
-
-
-def _points(value: float, report: str) -> list:
-    report = wrap_report(report)
-    return [nbformat.v4.new_output("stream", name="stdout", text=report + "\n"),
-            nbformat.v4.new_output("execute_result", data={"text/plain": f"{value:g}"},
-                                   execution_count=None)]
-
-
-def fill_hidden_cells(nb, functions: dict, notes: list, *, missing: str,
-                      restored: tuple = ()) -> None:
-    """Every hidden cell of ``nb`` gets its function's report (the ``notes`` first) and points
-    from ``functions`` (name -> FunctionResult); a cell with no result gets 0 points and
-    ``missing`` as its reason; a cell put back (its function in ``restored``) says so first. A
-    hidden cell always gets an execute_result: nbgrader would read an empty one as full
-    marks."""
-    lines = [f"note: {n}" for n in notes]
-    for i, fn in graded_cells(nb).items():
-        cell = nb.cells[i]
-        r = functions.get(fn)
-        first = [f"note: {RESTORED.format(fn=fn)}"] if fn in restored else []
-        if r is None:
-            cell.outputs = _points(0.0, "\n".join(first + [
-                f"{fn or cell.metadata['nbgrader']['grade_id']}: {missing} (0 points)"]))
-        else:
-            cell.outputs = _points(r.score, "\n".join(first + lines + [r.report()]))
-
-
-#: the autograded notebook's metadata key holding the grader's report (SubmissionResult.to_dict)
-REPORT_KEY = "autograder_report"
 #: the key of nbgrader's ``resources`` under which GradeInSandbox hands MarkRegrades the
 #: grader's report (this process's own, never read from the notebook)
 RESOURCES_KEY = "autograder_report"
@@ -798,140 +492,3 @@ class FailOnRegrade(NbGraderPreprocessor):
                 "need(s) a regrade (the grader failed, not the student): run `nbgrader "
                 f"autograde {info.get('assignment')}` again, which grades this hand-in again")
         return nb, resources
-
-
-def _function_result(name: str, d: dict):
-    """A report's function entry as a FunctionResult, scored with this registry's points and
-    weights (the ones the report was scored with)."""
-    from ..core.results import CheckResult, FunctionResult
-    from ..course import registry
-
-    prob = registry.get(name)
-    return FunctionResult(name, float(prob.points),
-                          [CheckResult.from_dict(c) for c in d.get("checks", [])],
-                          weights=dict(prob.weights), reused=bool(d.get("reused")),
-                          regrade=d.get("needs_regrade"))
-
-
-def recorded_cells(gb, assignment: str, notebook: Optional[str] = None) -> Optional[dict]:
-    """The cells the gradebook ``gb`` records for ``notebook`` (default: the assignment's own)
-    of ``assignment``: kind (``grade``, ``solution``, ``task``) -> their names; None when it
-    records no such notebook."""
-    try:
-        nb = gb.find_notebook(notebook or assignment, assignment)
-    except MissingEntry:
-        return None
-    return {kind: {c.name for c in getattr(nb, f"{kind}_cells")}
-            for kind in ("grade", "solution", "task")}
-
-
-def keep_recorded_cells(nb, recorded: dict) -> list[str]:
-    """Make the nbgrader cells of ``nb`` the gradebook's (``recorded``, :func:`recorded_cells`):
-    a hidden test cell the gradebook does not grade (a problem removed mid-term, handed in with
-    the release before the change) is dropped; a solution or task cell it does not record loses
-    that role, and a cell left with no role loses its nbgrader metadata (the student's code
-    stays, as a plain cell). nbgrader's later steps (``generate_feedback``'s grades and
-    comments, ``autograde``'s SaveAutoGrades) look each graded cell up in the gradebook and
-    fail on one it does not have. Returns the cells' names dropped or demoted, for the log."""
-    out, keep = [], []
-    for cell in nb.cells:
-        meta = cell.get("metadata", {}).get("nbgrader")
-        name = (meta or {}).get("grade_id")
-        if not meta or name is None:
-            keep.append(cell)
-            continue
-        stale = [kind for kind in ("grade", "solution", "task")
-                 if meta.get(kind) and name not in recorded.get(kind, ())]
-        if not stale:
-            keep.append(cell)
-            continue
-        out.append(name)
-        if stale == ["grade"] and not meta.get("solution") and not meta.get("task"):
-            continue  # a hidden test cell of a problem no longer graded: nothing of the student's
-        for kind in stale:
-            meta[kind] = False
-        if not any(meta.get(k) for k in ("grade", "solution", "task")):
-            del cell.metadata["nbgrader"]
-        keep.append(cell)
-    nb.cells = keep
-    return out
-
-
-def autograded_notebook(submitted: Path, report: dict, recorded: Optional[dict] = None):
-    """The handed-in notebook as ``nbgrader autograde`` leaves it, from a grade-all report:
-    each hidden cell holds its function's report and points, the student's cells keep the
-    outputs they were handed in with (they are not run again), and the whole report is in the
-    metadata. With ``recorded`` (the gradebook's cells, :func:`recorded_cells`) its nbgrader
-    cells are the gradebook's (:func:`keep_recorded_cells`). ``nbgrader generate_feedback``
-    turns it into the student's feedback."""
-    nb = nbformat.read(submitted, as_version=4)
-    strip_own_metadata(nb)
-    restored = restore_hidden_cells(nb, report.get("assignment"))
-    note_changed_checks(nb)
-    if recorded is not None:
-        keep_recorded_cells(nb, recorded)
-    functions = {n: _function_result(n, d) for n, d in (report.get("functions") or {}).items()}
-    fill_hidden_cells(nb, functions, list(report.get("notes") or ()),
-                      missing="not graded for this hand-in", restored=tuple(restored))
-    nb.metadata[REPORT_KEY] = report
-    return nb
-
-
-def write_autograded(course: Path, outcomes, db: Optional[str] = None) -> list[Path]:
-    """``autograded/<student>/<assignment>/`` in the nbgrader course folder ``course`` for every
-    graded notebook hand-in of ``outcomes`` (grade-all's), as ``nbgrader autograde`` leaves it,
-    so that nbgrader's later steps work after ``grade-all --gradebook`` as after autograde: the
-    folder written afresh, holding the hand-in folder's other files (its ``timestamp.txt`` and
-    the exchange's ``submission_secret.txt``, which ``release_feedback`` reads; nbgrader's
-    ``CourseDirectory.ignore`` patterns left out), then the instructor's own files of
-    ``source/<assignment>/`` over them (``Autograde.exclude_overwriting`` kept), and the
-    autograded notebook, whose nbgrader cells are those the gradebook ``db`` records
-    (:func:`keep_recorded_cells`). Returns the notebooks written."""
-    import shutil
-
-    from nbgrader.api import Gradebook
-    from nbgrader.coursedir import CourseDirectory
-
-    from .gradebook import course_config, db_url, quiet_nbgrader
-
-    config = course_config(Path(course))
-    ignore = list(CourseDirectory(config=config).ignore) + ["*.ipynb"]
-    exclude = dict(config.Autograde.get("exclude_overwriting", {}) or {})
-    recorded: dict = {}
-    written = []
-    for o in outcomes:
-        rep, item = o.report, o.item
-        if (not item.own_folder or item.path.suffix != ".ipynb" or rep.get("error")
-                or rep.get("refused") or not rep.get("assignment")):
-            continue
-        asg = rep["assignment"]
-        if db is not None and asg not in recorded:
-            with quiet_nbgrader(), Gradebook(db_url(db)) as gb:
-                recorded[asg] = recorded_cells(gb, asg)
-        dest = Path(course) / "autograded" / item.student / asg
-        if dest.is_dir() and not dest.is_symlink():
-            shutil.rmtree(dest)  # as nbgrader replaces a hand-in's autograded folder
-        dest.mkdir(parents=True, exist_ok=True)
-        _copy_files(item.path.parent, dest, ignore)
-        _copy_files(Path(course) / "source" / asg, dest, ignore,
-                    skip={str(Path(course) / "source" / asg / x) for x in exclude.get(asg, [])})
-        path = dest / item.path.name
-        nbformat.write(autograded_notebook(item.path, rep, recorded.get(asg)), path)
-        written.append(path)
-    return written
-
-
-def _copy_files(src: Path, dest: Path, ignore: list, skip=frozenset()) -> None:
-    """The files under ``src`` that nbgrader's converters copy (its own ``find_all_files``
-    with the ``ignore`` patterns) into ``dest``, as regular files; links are not followed."""
-    import os
-    import shutil
-
-    if not src.is_dir():
-        return
-    for name in utils.find_all_files(str(src), ignore):
-        if name in skip or os.path.islink(name) or not os.path.isfile(name):
-            continue
-        to = dest / os.path.relpath(name, src)
-        to.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(name, to)

@@ -29,27 +29,32 @@ once, for its structure and for the model.
 
 Only ``stablehlo`` and ``sdy`` structure that JAX emits is handled; anything else raises
 :class:`LoopCountError` (the speed and structure checks then fail and say why).
+
+This module is the surface; the rewriting the programs share is :mod:`.rewriting`, the keyed
+digests of what the all_to_alls deliver :mod:`.digests`.
 """
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from ..core import devices
-from ..core.stablehlo import (ProgramUnreadable, RunCounts, calls_for_composites,
-                               control_flow_ops, has_control_flow, one_callee_per_call)
-from .hlo import ModelError
+from ..core.stablehlo import RunCounts, control_flow_ops, has_control_flow
+from .digests import KEY_WORDS, _weigh_exchanges, new_key, received_module
+from .rewriting import (LoopCountError, Tag, _const, _Escaper, _i32, _parse, _replace,
+                        _set_terminator, _terminator)
 
 try:
-    from jax._src.interpreters import mlir
     from jax._src.lib.mlir import ir
     from jax._src.lib.mlir.dialects import hlo
-    _BINDINGS_ERROR: Exception | None = None
-except Exception as e:  # noqa: BLE001  # reported when used, never silently
-    _BINDINGS_ERROR = e
+except Exception:  # noqa: BLE001  # reported when a module is parsed (rewriting._parse)
+    pass
+
+__all__ = ["CASE_MARK", "KEY_WORDS", "MARK", "CountedRun", "LoopCountError", "Tag",
+           "count_and_receive", "count_run", "counting_module", "device_counts", "new_key",
+           "pinned", "pinned_module", "received", "received_module", "trip_counts"]
 
 #: the discardable attributes that number the loops and the conditionals of a module while it
 #: is rewritten
@@ -57,35 +62,7 @@ MARK = "autograder.loop"
 CASE_MARK = "autograder.case"
 
 
-class LoopCountError(ModelError):
-    """The program's loops could not be counted or pinned (the message says why)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Tag:
-    """What one extra result of a counting program holds: loop ``loop``'s iterations summed
-    over its entries (``kind='trips'``), how many times it was entered (``'entries'``), its
-    most iterations in one entry (``'most'``), or how many times branch ``branch`` of
-    conditional ``loop`` ran (``'branch'``), or the digest of what all_to_all ``loop``
-    delivered (``'received'``, :func:`received_module`). ``manual``: the
-    mesh axes of the shard_map it came out of (one entry per device along them), if any."""
-
-    loop: int
-    kind: str
-    branch: int = 0
-    manual: tuple = ()
-
-
-# -- small MLIR helpers ------------------------------------------------------------------------
-
-def _i32():
-    return ir.RankedTensorType.get([], ir.IntegerType.get_signless(32))
-
-
-def _const(value: int, typ, ip):
-    attr = ir.DenseElementsAttr.get_splat(typ, ir.IntegerAttr.get(typ.element_type, value))
-    return hlo.ConstantOp(attr, ip=ip).result
-
+# -- numbering the loops and conditionals ------------------------------------------------------
 
 def _whiles(root) -> list:
     return control_flow_ops(root)[0]
@@ -101,41 +78,6 @@ def _marked(root, i: int, mark: str = MARK):
             return op
     raise LoopCountError(f"{'loop' if mark == MARK else 'conditional'} {i} was lost while "
                          "rewriting the program")
-
-
-def _attributes(op) -> dict:
-    named = (op.attributes[i] for i in range(len(op.attributes)))
-    return {a.name: a.attr for a in named}
-
-
-def _replace(op, extra_operands: Sequence = (), extra_types: Sequence = ()):
-    """A copy of ``op`` with more operands and results, taking over its regions and uses."""
-    attrs = _attributes(op)
-    op = op.operation
-    new = ir.Operation.create(op.name, results=[r.type for r in op.results] + list(extra_types),
-                              operands=list(op.operands) + list(extra_operands),
-                              attributes=attrs, regions=len(op.regions), loc=op.location,
-                              ip=ir.InsertionPoint(op))
-    for i, region in enumerate(op.regions):
-        for block in list(region.blocks):
-            block.append_to(new.regions[i])
-    for old, now in zip(op.results, new.results):
-        old.replace_all_uses_with(now)
-    op.erase()
-    return new
-
-
-def _set_terminator(block, operands: list) -> None:
-    """Replace ``block``'s terminator by one of the same kind returning ``operands``."""
-    term = block.operations[len(block.operations) - 1]
-    attrs = _attributes(term)
-    ir.Operation.create(term.name, results=[], operands=operands, attributes=attrs,
-                        loc=term.location, ip=ir.InsertionPoint(term))
-    term.erase()
-
-
-def _terminator(block):
-    return block.operations[len(block.operations) - 1]
 
 
 def _add_counter(op):
@@ -176,140 +118,7 @@ def _unmark(module) -> None:
                 del op.operation.attributes[mark]
 
 
-# -- escaping a value to @main -----------------------------------------------------------------
-
-class _Escaper:
-    """Carries scalar counts out of nested regions to new results of ``@main``."""
-
-    def __init__(self, module):
-        self.module = module
-        self.tags: list[Tag] = []
-        self.meshes = {}
-        for op in module.body.operations:
-            op = op.operation
-            if op.name == "sdy.mesh":
-                name = str(ir.StringAttr(op.attributes["sym_name"]).value)
-                self.meshes[name] = [(a, int(n)) for a, n in
-                                     re.findall(r'"([^"]+)"\s*=\s*(\d+)', str(op.attributes["mesh"]))]
-
-    def escape(self, value, tag: Tag) -> None:
-        owner = value.owner
-        block = owner if isinstance(owner, ir.Block) else owner.operation.block
-        parent = block.owner.operation
-        name = parent.name
-        if name == "func.func":
-            self._out_of_func(parent, block, value, tag)
-        elif name == "stablehlo.while":
-            self._out_of_while(parent, block, value, tag)
-        elif name in ("stablehlo.case", "stablehlo.if"):
-            self._out_of_branches(parent, block, value, tag)
-        elif name == "sdy.manual_computation":
-            self._out_of_shard_map(parent, value, tag)
-        else:
-            raise LoopCountError(f"a loop inside {name} cannot be counted")
-
-    def _out_of_func(self, fn, block, value, tag):
-        _set_terminator(block, list(_terminator(block).operands) + [value])
-        ftype = ir.FunctionType(ir.TypeAttr(fn.attributes["function_type"]).value)
-        fn.attributes["function_type"] = ir.TypeAttr.get(
-            ir.FunctionType.get(list(ftype.inputs), list(ftype.results) + [value.type]))
-        if "res_attrs" in fn.attributes:
-            old = ir.ArrayAttr(fn.attributes["res_attrs"])
-            fn.attributes["res_attrs"] = ir.ArrayAttr.get(
-                [old[i] for i in range(len(old))] + [ir.DictAttr.get({})])
-        sym = str(ir.StringAttr(fn.attributes["sym_name"]).value)
-        if sym == "main":
-            self.tags.append(tag)
-            return
-        calls = []
-
-        def visit(op):
-            op = op.operation
-            if op.name == "func.call" and \
-                    str(ir.FlatSymbolRefAttr(op.attributes["callee"]).value) == sym:
-                calls.append(op)
-            return ir.WalkResult.ADVANCE
-
-        self.module.operation.walk(visit)
-        for call in calls:
-            new = _replace(call, [], [value.type])
-            self.escape(new.results[len(new.results) - 1], tag)
-
-    def _out_of_while(self, op, block, value, tag):
-        if block == op.regions[0].blocks[0]:
-            raise LoopCountError("a loop inside a loop's condition cannot be counted")
-        typ = value.type
-        zero = _const(0, typ, ir.InsertionPoint(op))
-        new = _replace(op, [zero], [typ])
-        cond, body = new.regions[0].blocks[0], new.regions[1].blocks[0]
-        cond.add_argument(typ, new.location)
-        acc = body.add_argument(typ, new.location)
-        ip = ir.InsertionPoint(_terminator(body))
-        total = (hlo.MaxOp if tag.kind == "most" else hlo.AddOp)(acc, value, ip=ip).result
-        _set_terminator(body, list(_terminator(body).operands) + [total])
-        self.escape(new.results[len(new.results) - 1], tag)
-
-    def _out_of_branches(self, op, block, value, tag):
-        typ = value.type
-        new = _replace(op, [], [typ])
-        for region in new.regions:
-            b = region.blocks[0]
-            v = value if b == block else _const(0, typ, ir.InsertionPoint(_terminator(b)))
-            _set_terminator(b, list(_terminator(b).operands) + [v])
-        self.escape(new.results[len(new.results) - 1], tag)
-
-    def _out_of_shard_map(self, op, value, tag):
-        """Inside, the count is this device's; outside, one entry per device along the manual
-        axes (the busiest device is read later). A count already carried out of an inner
-        shard_map is a vector over the inner axes: outside this one it becomes one row per
-        position along this one's axes, flattened (outer axes major, as :class:`Tag` lists
-        them), so nested shard_maps are counted like any other region."""
-        manual = re.findall(r'"([^"]+)"', str(op.attributes["manual_axes"]))
-        shardings = str(op.attributes["out_shardings"])
-        m = re.search(r"@([\w.$\-]+)", str(op.attributes["in_shardings"])) or \
-            re.search(r"@([\w.$\-]+)", shardings)
-        sizes = dict(self.meshes.get(m.group(1), [])) if m else {}
-        if any(a not in sizes for a in manual) or set(manual) & set(tag.manual):
-            raise LoopCountError("the shard_map's mesh could not be read")
-        n = int(np.prod([sizes[a] for a in manual], dtype=np.int64))
-        inner = [int(d) for d in ir.RankedTensorType(value.type).shape]  # [] or [m]
-        i32 = ir.IntegerType.get_signless(32)
-        block = op.regions[0].blocks[0]
-        ip = ir.InsertionPoint(_terminator(block))
-        one = hlo.ReshapeOp(ir.RankedTensorType.get([1] + inner, i32), value, ip=ip).result
-        _set_terminator(block, list(_terminator(block).operands) + [one])
-        new = _replace(op, [], [ir.RankedTensorType.get([n] + inner, i32)])
-        axes = ", ".join(f'"{a}"' for a in manual)
-        dims = ", ".join([f"{{{axes}}}"] + ["{}"] * len(inner))
-        spec = f'<@{m.group(1)}, [{dims}]>'
-        text = re.sub(r"\]>\s*$", f", {spec}]>", shardings) if "<@" in shardings else \
-            f"#sdy.sharding_per_value<[{spec}]>"
-        new.attributes["out_shardings"] = ir.Attribute.parse(text)
-        out = new.results[len(new.results) - 1]
-        if inner:  # [n, m] -> [n * m]
-            flat = ir.RankedTensorType.get([n * int(np.prod(inner, dtype=np.int64))], i32)
-            out = hlo.ReshapeOp(flat, out, ip=ir.InsertionPoint.after(new)).result
-        self.escape(out, dataclasses.replace(tag, manual=tuple(manual) + tuple(tag.manual)))
-
-
 # -- the two rewrites --------------------------------------------------------------------------
-
-def _parse(text: str):
-    """(context, module) of ``text``, its composites already plain calls and every call site of
-    a function with loops or branches calling its own copy (what both rewrites and the reader
-    start from: :func:`~autograder.core.stablehlo.one_callee_per_call`)."""
-    if _BINDINGS_ERROR is not None:
-        raise LoopCountError(f"the MLIR bindings of jaxlib are not usable: {_BINDINGS_ERROR}")
-    ctx = mlir.make_ir_context()
-    module = ir.Module.parse(text, context=ctx)
-    with ctx:
-        calls_for_composites(module)
-        try:
-            one_callee_per_call(module)
-        except ProgramUnreadable as e:
-            raise LoopCountError(str(e)) from None
-    return ctx, module
-
 
 def counting_module(text: str, branches: bool = False, received: bool = False,
                     key: Sequence[int] | None = None):
@@ -557,160 +366,7 @@ def pinned(exported, trips: Sequence[int], branches: Mapping[int, Sequence[int]]
     return _with_module(exported, pinned_module(exported.mlir_module(), trips, branches))
 
 
-# -- what the all_to_alls deliver ------------------------------------------------------------
-
-#: the ops whose results are tokens exchanged between devices, as :func:`received_module` weighs
-#: them (``ragged_all_to_all`` is a custom call in JAX's StableHLO)
-_EXCHANGES = ("stablehlo.all_to_all",)
-_EXCHANGE_TARGETS = ("ragged_all_to_all",)
-
-
-def _exchanges(module) -> list:
-    found = []
-
-    def visit(op):
-        op = op.operation
-        if op.name in _EXCHANGES or (
-                op.name == "stablehlo.custom_call"
-                and str(ir.StringAttr(op.attributes["call_target_name"]).value)
-                in _EXCHANGE_TARGETS):
-            found.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
-    return found
-
-
-#: how many 32-bit words a digest key holds (:func:`new_key`)
-KEY_WORDS = 9
-
-
-def new_key() -> tuple[int, ...]:
-    """A fresh key for :func:`_digest` (``KEY_WORDS`` words, as signed 32-bit integers), drawn
-    from the operating system's secure source by the grader when it instruments a program,
-    after the program's text is fixed: nothing the program computes can depend on it."""
-    import secrets
-
-    return tuple(secrets.randbits(32) - 2**31 for _ in range(KEY_WORDS))
-
-
-def _words(value, ip):
-    """``value``'s elements as i32 words, each word bit for bit (a 64-bit element is two
-    words, a narrower one sign- or zero-extended; a float read as its bits, so two NaNs or two
-    values that compare equal but differ in bits are different words), except a float's -0.0,
-    read as 0.0 (a zeroed slot of a negative row is x * 0, and XLA folds x + 0.0)."""
-    typ = ir.RankedTensorType(value.type)
-    shape, et = list(typ.shape), typ.element_type
-    i32 = ir.IntegerType.get_signless(32)
-    if isinstance(et, ir.FloatType):
-        width = ir.FloatType(et).width
-        if width not in (8, 16, 32, 64):
-            raise LoopCountError(f"an all_to_all of {et} cannot be weighed")
-        ints = ir.RankedTensorType.get(shape, ir.IntegerType.get_signless(width))
-        x = hlo.BitcastConvertOp(ints, value, ip=ip).result
-        if "FNUZ" not in str(et) and "E8M0" not in str(et):  # types that have a -0.0
-            negzero = hlo.CompareOp(x, _const(-2**(width - 1), ints, ip),
-                                    hlo.ComparisonDirectionAttr.get("EQ"), ip=ip).result
-            x = hlo.SelectOp(negzero, _const(0, ints, ip), x, ip=ip).result
-        value, et = x, ir.IntegerType.get_signless(width)
-    if not isinstance(et, ir.IntegerType):
-        raise LoopCountError(f"an all_to_all of {et} cannot be weighed")
-    width = ir.IntegerType(et).width
-    if width == 64:
-        return hlo.BitcastConvertOp(ir.RankedTensorType.get(shape + [2], i32), value,
-                                    ip=ip).result
-    if width > 64:
-        raise LoopCountError(f"an all_to_all of {et} cannot be weighed")
-    ints = ir.RankedTensorType.get(shape, i32)
-    return (hlo.BitcastConvertOp(ints, value, ip=ip).result if width == 32
-            else hlo.ConvertOp(ints, value, ip=ip).result)
-
-
-def _digest(value, key: Sequence[int], ip, start: int = 0):
-    """An i32 scalar, a keyed non-linear digest of ``value``'s bits (:func:`_words`): each word
-    is mixed with a keyed function of its position (xor, then a multiply by a keyed odd
-    multiplier of the position, then multiply-xorshift rounds with keyed odd multipliers),
-    and the mixed words are summed, wrapping. Without the key (drawn by the grader after the
-    program is fixed, :func:`new_key`) no program can tell what a word adds to the sum, so
-    none can append words that cancel what it sends (as it could against a sum of words times
-    public weights, linear in the bits); two inputs whose words differ get different digests
-    but for a chance of about 2**-32. ``start``: the position of the first word (an op's
-    second result continues where its first ended)."""
-    x = _words(value, ip)
-    typ = ir.RankedTensorType(x.type)
-    shape = list(typ.shape)
-    k = list(key)
-    if len(k) != KEY_WORDS:
-        raise ValueError(f"a digest key has {KEY_WORDS} words, not {len(k)}")
-
-    def c(v):
-        return _const(((int(v) + 2**31) % 2**32) - 2**31, typ, ip)
-
-    def odd(v):
-        return c(int(v) | 1)
-
-    def mul(a, b):
-        return hlo.MulOp(a, b, ip=ip).result
-
-    def xorshift(a, n):
-        return hlo.XorOp(a, hlo.ShiftRightLogicalOp(a, c(n), ip=ip).result, ip=ip).result
-
-    def rounds(a, m1, m2):  # murmur3's finalizer, its multipliers keyed
-        return xorshift(mul(xorshift(mul(xorshift(a, 16), m1), 13), m2), 16)
-
-    pos = c(start)
-    stride = 1
-    for dim in reversed(range(len(shape))):
-        at = hlo.IotaOp(typ, dim, ip=ip).result
-        pos = hlo.AddOp(pos, mul(at, c(stride)), ip=ip).result
-        stride *= int(shape[dim])
-    # per position: a keyed mask and a keyed odd multiplier, non-linear in the position
-    mask = rounds(hlo.AddOp(mul(pos, odd(k[0])), c(k[1]), ip=ip).result, odd(k[2]), odd(k[3]))
-    mult = hlo.OrOp(rounds(hlo.XorOp(mask, c(k[4]), ip=ip).result, odd(k[5]), odd(k[6])),
-                    c(1), ip=ip).result
-    # a bijection of the word at each position: a change of one word always shows
-    h = rounds(mul(hlo.XorOp(x, mask, ip=ip).result, mult), odd(k[7]), odd(k[8]))
-    scalar = _i32()
-    red = hlo.ReduceOp([scalar], [h], [_const(0, scalar, ip)], list(range(len(shape))), ip=ip)
-    body = red.regions[0].blocks.append(scalar, scalar)
-    inner = ir.InsertionPoint(body)
-    hlo.ReturnOp([hlo.AddOp(body.arguments[0], body.arguments[1], ip=inner).result], ip=inner)
-    return red.result
-
-
-def received_module(text: str, key: Sequence[int] | None = None):
-    """(module, tags): ``text`` handing out of ``@main``, for each all_to_all (and
-    ragged_all_to_all) in program order, a digest of what each device received from it
-    (:func:`_digest`, keyed by ``key``: a fresh one, :func:`new_key`, unless given), summed
-    (wrapping) over every time it ran (``Tag(i, 'received')``, carried out of loops, branches,
-    calls and shard_maps as the loop counts are): two runs of this module whose results a
-    device received from the exchanges differ give it different digests (but for a 2**-32
-    chance). Digests of two modules are comparable only when both were made with one key."""
-    ctx, module = _parse(text)
-    with ctx, ir.Location.unknown():
-        tags = _weigh_exchanges(module, new_key() if key is None else key)
-        if not module.operation.verify():
-            raise LoopCountError("the program weighing its all_to_alls does not verify")
-    return module, tags
-
-
-def _weigh_exchanges(module, key: Sequence[int]) -> list:
-    """Add :func:`received_module`'s digests (keyed by ``key``) to ``module`` (in its context),
-    handed out of ``@main`` after the results it has: their tags."""
-    sums = []
-    for op in _exchanges(module):
-        ip = ir.InsertionPoint.after(op)
-        total, start = None, 0
-        for r in op.results:
-            s = _digest(r, key, ip, start)
-            start += int(np.prod(ir.RankedTensorType(r.type).shape, dtype=np.int64)) * 2
-            total = s if total is None else hlo.AddOp(total, s, ip=ip).result
-        sums.append(total)
-    esc = _Escaper(module)
-    for i, s in enumerate(sums):
-        esc.escape(s, Tag(i, "received"))
-    return esc.tags
-
+# -- what the all_to_alls deliver (the digests: .digests) --------------------------------------
 
 def received(exported, arg_sets: Sequence[Sequence], mesh_shape: Sequence[int],
              axis_names: Sequence[str], run_all: Callable | None = None,
