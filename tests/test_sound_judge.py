@@ -4,23 +4,12 @@ Each fixture in ``fixtures/attacks`` computes the right values with a blocking c
 whole-output psum) and adds one trick aimed at the TPU model (or, ``speed_shape_switch``, hands
 the rules one program and the speed check another); each must fail the speed check, and say why.
 The scalar semantics behind the first trick are tested on their own below."""
-from dataclasses import replace
-
 import numpy as np
 import pytest
-from conftest import SEED, check_of, grade, load_fixture
+from conftest import check_of, grade
 
 from autograder.core.results import NOT_CREDITED
-from autograder.course import registry
-from autograder.supervisor import local
 from autograder.tpumodel import scalars
-
-
-def grade_problem(problem, area: str, fixture: str, **kw):
-    """:func:`conftest.grade` of ``problem`` as given (a registry's problem changed)."""
-    kw.setdefault("seed", SEED)
-    return local.grade_function(problem, load_fixture(area, fixture).function(problem.name),
-                                **kw)
 
 
 @pytest.mark.parametrize("fixture, function, says", [
@@ -48,8 +37,7 @@ def test_crafted_program_fails_speed(fixture, function, says):
         # keeps the rules would beat the model: graded again without the rules, the speed
         # check judges it as it judges a program that keeps them (its big case not held to them)
         assert speed.message.startswith(f"{NOT_CREDITED}. Not measured: "), speed.message
-        res = grade_problem(replace(registry.get(function), rules=()), "attacks", fixture,
-                            with_speed=True, quick=True)
+        res = grade("attacks", fixture, function, with_speed=True, quick=True, rules=False)
         assert check_of(res, "structure").passed, res.report()
         speed = check_of(res, "speed")
         assert not speed.passed, speed.message
