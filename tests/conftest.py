@@ -177,17 +177,22 @@ def load_fixture(area: str, name: str):
     return load(FIXTURES / area / f"{name}.py", statement_timeout=5, total_timeout=20)
 
 
-def grade(area: str, fixture: str, function: str, **kw):
+def grade(area: str, fixture: str, function: str, *, rules: bool = True, **kw):
     """Grade one function of a fixture file in-process (no speed check unless asked), on
     :data:`SEED` unless a seed is given: a test's verdict never depends on the draw (an attack
     may fail one rule on one draw and another on the next: the case's shapes decide which
-    weighs more)."""
+    weighs more). ``rules`` False: the problem without its structure rules, so that a program
+    that breaks them is measured (the grader measures memory and speed only for a program
+    that keeps them): the memory and speed checks on their own."""
+    from dataclasses import replace
+
     from autograder.course import registry
 
     kw.setdefault("with_speed", False)
     kw.setdefault("seed", SEED)
     loaded = load_fixture(area, fixture)
-    return local.grade_function(registry.get(function), loaded.function(function), **kw)
+    problem = registry.get(function) if rules else replace(registry.get(function), rules=())
+    return local.grade_function(problem, loaded.function(function), **kw)
 
 
 def hang_in_xla(name: str) -> str:

@@ -179,6 +179,57 @@ def test_a_reused_verdict_compiles_no_memory_or_speed_program(tmp_path, monkeypa
     assert started and grading.CompileKind.MEMORY in made and grading.CompileKind.MODEL in made
 
 
+@pytest.mark.parametrize("area,fixture,function,measured", [
+    ("ps3", "single_psum", "matmul_allreduce", ["speed"]),
+    ("ps2_moe", "wrong_a2a_gathers", "moe_all_to_all", ["memory", "speed"]),
+])
+def test_a_program_that_fails_structure_is_not_measured(area, fixture, function, measured,
+                                                        monkeypatch):
+    """Memory and speed count only for a program that keeps the structure rules: for one
+    that fails them nothing is measured (the big cases' answers, the memory and speed checks
+    would raise here), the big compiles not started are cancelled, and the grading ends with
+    every pool job done (no thread left waiting, none counted as the submission's work)."""
+    from conftest import grade
+
+    from autograder.core.records import Owner
+    from autograder.core.results import NOT_CREDITED
+    from autograder.judge import judging, measured as measured_mod, ownership, speed
+
+    def never(*a, **k):
+        raise AssertionError("a program that fails structure was measured")
+
+    for module, name in ((judging, "memory_check"), (judging, "speed_check"),
+                         (measured_mod, "answered"), (speed, "answered")):
+        monkeypatch.setattr(module, name, never)
+    cancelled, made = [], []
+    cancel = grading.CompilePool.cancel
+    monkeypatch.setattr(grading.CompilePool, "cancel",
+                        lambda self: cancelled.append(1) or cancel(self))
+    once = grading.Programs._once
+
+    def recording(self, key, make):
+        made.append(self)
+        return once(self, key, make)
+
+    monkeypatch.setattr(grading.Programs, "_once", recording)
+    told: list = []
+    job = ownership.Ownership(told.append)
+    before = set(threading.enumerate())
+    res = grade(area, fixture, function, with_speed=True, quick=True, ownership=job)
+    by = {c.name: c for c in res.checks}
+    assert by["numerics"].passed and not by["structure"].passed, res.report()
+    assert [c.name for c in res.checks if c.name in ("memory", "speed")] == measured
+    for name in measured:
+        assert not by[name].passed and not by[name].skipped, by[name].message
+        assert by[name].message.startswith(f"{NOT_CREDITED}. Not measured: "), by[name].message
+    assert cancelled, "the big cases' compiles were not cancelled"
+    assert made and all(f.done() for f in made[0]._made.values())  # no future left unset
+    assert job._pool_jobs == 0 and job.now() is Owner.STUDENT
+    assert not told or told[-1] is Owner.STUDENT, told
+    left = [t for t in set(threading.enumerate()) - before if t.name.startswith("ThreadPool")]
+    assert not left, left  # the compile pool's threads all ended with the grading
+
+
 def test_the_cases_are_planned_while_the_worker_loads(monkeypatch):
     """The judge plans every function's cases before it waits for the sandbox to load the
     submission (the two overlap); the records it sends keep their order."""

@@ -64,7 +64,9 @@ def test_the_speed_check_is_told_it_cannot_price_the_program():
 def test_the_long_loop_fails_speed_as_a_program_the_model_cannot_price():
     from conftest import check_of, grade
 
-    res = grade("attacks", "long_scalar_loop", "matmul_allgather", with_speed=True, quick=True)
+    # it fails structure too (so the grader does not measure it): its speed check on its own
+    res = grade("attacks", "long_scalar_loop", "matmul_allgather", with_speed=True, quick=True,
+                rules=False)
     speed = check_of(res, "speed")
     assert not speed.passed and not res.regrade, speed.message
     assert "cannot price this program: its loops run 999,000 iterations" in speed.message

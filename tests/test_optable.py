@@ -274,14 +274,19 @@ def test_totalorder_inside_a_sort_is_the_sort_s_own():
 # -- a refused program fails structure and speed, with the refusal ----------------------------
 def test_a_refused_program_fails_structure_and_speed_with_its_message():
     """The reference ring with each partial product split into bfloat16 parts: its values pass
-    and, without the table, so did its structure (12 partial matmuls in a ppermute ring)."""
+    and, without the table, so did its structure (12 partial matmuls in a ppermute ring). The
+    structure check says the refusal; speed, which counts only with structure, is not
+    measured."""
+    from autograder.core.results import NOT_CREDITED
+
     res = grade("attacks", "bf16_split_matmul", "matmul_allgather", with_speed=True, quick=True)
     assert check_of(res, "numerics").passed, res.report()
     says = "stablehlo.dot_general on bf16, bf16 -> f32 (at <bf16_split_matmul.py> line 19)"
     structure, speed = check_of(res, "structure"), check_of(res, "speed")
     assert not structure.passed and says in structure.message, structure.message
-    assert not speed.passed and says in speed.message, speed.message
-    assert "cannot price this program" in speed.message, speed.message
+    # the refusal fails structure (with or without rules), so speed fails unmeasured
+    assert not speed.passed and speed.message.startswith(f"{NOT_CREDITED}. Not measured: "), \
+        speed.message
 
 
 def test_the_self_check_says_the_same_refusal():

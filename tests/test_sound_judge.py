@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from conftest import check_of, grade
 
+from autograder.core.results import NOT_CREDITED
 from autograder.tpumodel import scalars
 
 
@@ -30,11 +31,18 @@ def test_crafted_program_fails_speed(fixture, function, says):
     assert check_of(res, "numerics").passed, res.report()
     speed = check_of(res, "speed")
     assert not speed.passed, speed.message
+    if not check_of(res, "structure").passed:
+        # where the program fails structure too, speed is not measured (it could not count);
+        # the speed check must still fail it on its own, or the same trick in a program that
+        # keeps the rules would beat the model: graded again without the rules, the speed
+        # check judges it as it judges a program that keeps them (its big case not held to them)
+        assert speed.message.startswith(f"{NOT_CREDITED}. Not measured: "), speed.message
+        res = grade("attacks", fixture, function, with_speed=True, quick=True, rules=False)
+        assert check_of(res, "structure").passed, res.report()
+        speed = check_of(res, "speed")
+        assert not speed.passed, speed.message
     assert says in speed.message, speed.message
     assert "wall-clock ratio" not in speed.message, speed.message
-    # where the program fails structure too, speed is not credited; the speed check must
-    # still fail it on its own, or the trick would beat the model
-    assert "check alone would pass" not in speed.message, speed.message
 
 
 S32 = "s32"

@@ -14,7 +14,9 @@ from autograder.supervisor import local
 
 
 def test_blocking_allgather_fails_speed_and_the_reference_passes():
-    blocking = grade("ps3", "monolithic_allgather", "matmul_allgather", with_speed=True)
+    # it fails structure, so the grader does not measure it: its speed check on its own
+    blocking = grade("ps3", "monolithic_allgather", "matmul_allgather", with_speed=True,
+                     rules=False)
     speed = check_of(blocking, "speed")
     assert not speed.passed and "modeled on TPU" in speed.message, speed.message
     ref = load(ROOT / "solutions" / "ps3_collective_matmul.py").function("matmul_allgather")

@@ -7,7 +7,7 @@ CHECK_NAMES = ("numerics", "sharding", "structure", "memory", "speed")
 
 #: the one rule on the measured checks, in the words the grader's message, the self-check,
 #: CONTRACT.md and every notebook's "What the grader checks" block all use
-#: (:func:`credited` applies it)
+#: (:func:`not_measured` in the grader, :func:`credited` in the self-check)
 MEASURED_NEED_STRUCTURE = ("speed and memory count only for a program that keeps the structure "
                            "rules")
 
@@ -223,20 +223,36 @@ class SubmissionResult:
         return "\n".join(parts)
 
 
+#: how a memory or speed check of a program that fails the structure rules begins, in the
+#: grader (:func:`not_measured`) and in the self-check (:func:`credited`)
+NOT_CREDITED = ("not credited: the program fails the structure rules (see structure); "
+                f"{MEASURED_NEED_STRUCTURE}")
+
+
+def not_measured(name: str) -> CheckResult:
+    """The grader's memory or speed check (``name``) of a program that fails the structure
+    rules: failed, and not measured, since nothing it could measure would count
+    (:data:`MEASURED_NEED_STRUCTURE`)."""
+    return failed(name, f"{NOT_CREDITED}. Not measured: a program that breaks the rules earns "
+                  f"neither share, so the grader does not measure its {name}; the notebook's "
+                  "check() still measures it, for information")
+
+
 def credited(check: CheckResult, structure: CheckResult) -> CheckResult:
-    """``check`` as it counts: a memory or speed check of a program that fails the structure
-    rules is failed, whatever it measured (:data:`MEASURED_NEED_STRUCTURE`), with what it
-    measured kept in the message for information; any other check, or one of a program that
-    keeps the rules, as it is. A skipped check stays skipped."""
+    """``check`` as the self-check at home counts it: a memory or speed check of a program
+    that fails the structure rules is failed, whatever it measured
+    (:data:`MEASURED_NEED_STRUCTURE`), with what it measured kept in the message for
+    information (the grader does not measure it: :func:`not_measured`); any other check, or
+    one of a program that keeps the rules, as it is. A skipped check stays skipped."""
     if check.name not in MEASURED or structure.passed or check.skipped:
         return check
     alone = "would pass" if check.passed else "fails too"
-    return failed(check.name, f"not credited: the program fails the structure rules (see "
-                  f"structure); {MEASURED_NEED_STRUCTURE}. For information, the {check.name} "
+    return failed(check.name, f"{NOT_CREDITED}. For information, the {check.name} "
                   f"check alone {alone}: {check.message}")
 
 
-__all__ = ["MEASURED", "MEASURED_NEED_STRUCTURE", "CheckResult", "FunctionResult", "credited",
+__all__ = ["MEASURED", "MEASURED_NEED_STRUCTURE", "NOT_CREDITED", "CheckResult",
+           "FunctionResult", "credited", "not_measured",
            "SubmissionResult", "passed", "failed", "skipped",
            "asdict", "quoted", "shown", "your_code_raised"]
 

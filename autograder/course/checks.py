@@ -11,7 +11,7 @@ import numpy as np
 from ..core.compare import compare_values, secret_difference, values_message
 from ..core.problem import Case, Problem
 from .reading import Paths
-from ..core.results import MEASURED, MEASURED_NEED_STRUCTURE, CheckResult, credited, failed, passed, ratio_text  # noqa: F401 - credited: applied by the judge
+from ..core.results import MEASURED, MEASURED_NEED_STRUCTURE, CheckResult, credited, failed, passed, ratio_text  # noqa: F401 - credited: test_bars reads it here
 from .rules.base import CLAUSES
 
 

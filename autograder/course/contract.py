@@ -18,8 +18,8 @@ last argument `mesh` (axes `'X'` and `'Y'`; the grader uses the meshes 2x4, 4x2,
 It must return one `jax.Array` with the output sharding. Nothing counts unless the numerics
 pass; the other checks share the rest of the points as listed, and
 {MEASURED_NEED_STRUCTURE}: a program that fails
-structure loses the memory and speed shares too, whatever they measure (its report shows the
-figures for information).
+structure loses the memory and speed shares too, and the grader does not measure them (the
+notebook's `check` still shows their figures, for information).
 """
 
 

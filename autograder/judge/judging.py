@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from ..core.problem import Problem
-from ..core.results import CheckResult, FunctionResult, failed, skipped
+from ..core.results import CheckResult, FunctionResult, failed, not_measured, skipped
 from ..course import checks
 from .measured import memory_check
 from .ownership import Ownership
@@ -84,7 +84,9 @@ def grade_function(problem: Problem, source, *, seed: int | None = None, quick: 
 def _grade(programs: Programs, pool: CompilePool, res: FunctionResult, *, with_speed: bool,
            modeler, timed: bool = False) -> None:
     """The checks of a function whose programs are here (``pool`` compiles them), in order,
-    each run only where the one before lets it count."""
+    each run only where the one before lets it count: a check whose verdict is decided before
+    it runs (memory and speed of a program that fails structure) is not measured, and the big
+    cases' compiles no check will use are cancelled."""
     problem = programs.plan.problem
     with phase("numerics (compile and run)"):
         attempts = gather_attempts(programs, pool)
@@ -94,34 +96,38 @@ def _grade(programs: Programs, pool: CompilePool, res: FunctionResult, *, with_s
         num = checks.numerics(problem, attempts)
     res.checks.append(num)
     if any(a.error is not None for a in attempts):
-        # a function that raised (or could not be exported or run) earns nothing else
+        # a function that raised (or could not be exported or run) earns nothing else: its
+        # big cases' compiles not started yet are dropped
+        pool.cancel()
         res.checks += [skipped(n, "the function must run on every case first (see numerics)")
                        for n in problem.check_names[1:]]
         return
     with programs.ownership.grader_work("the sharding check"):
         res.checks.append(checks.sharding(problem, attempts))
     if not num.passed:
+        pool.cancel()
         res.checks += [skipped(n, "the numerics check must pass first")
                        for n in problem.check_names[1:] if n != "sharding"]
         return
     with programs.ownership.grader_work("the structure check"):
         structure = checks.structure(problem, attempts)
     res.checks.append(structure)
+    measured = [n for n, applies in (("memory", problem.memory_bound is not None),
+                                     ("speed", problem.baseline is not None and with_speed))
+                if applies]
+    if not structure.passed:
+        # memory and speed count only for a program that keeps the rules: nothing they could
+        # measure would count, so neither is measured, and their big cases' compiles not
+        # started yet are dropped (one under way finishes, as its pool job)
+        pool.cancel()
+        res.checks += [not_measured(n) for n in measured]
+        return
     # the memory and speed cases' programs are held to the rules the numerics programs kept
-    # (a program that broke them there has lost the structure share already, and is measured
-    # as it is, for information)
-    kept = structure.passed and bool(problem.rules)
-    # memory and speed count only where the structure check passed (checks.credited); a
-    # program that fails it is still measured, and its figures shown for information
-    if problem.memory_bound is not None:
+    kept = bool(problem.rules)
+    if "memory" in measured:
         with phase("memory"):
-            memory = memory_check(programs, rules=kept)
-        res.checks.append(checks.credited(memory, structure))
-    if problem.baseline is not None and with_speed:
+            res.checks.append(memory_check(programs, rules=kept))
+    if "speed" in measured:
         if modeler is None:
             modeler = default_modeler()
-        # a program the op table refuses fails speed with structure (core/optable.py)
-        refused = next((checks.at(problem, a.layout, None, a.paths.refused) for a in attempts
-                        if a.paths is not None and a.paths.refused), None)
-        speed = speed_check(programs, modeler, rules=kept, refused=refused, timed=timed)
-        res.checks.append(checks.credited(speed, structure))
+        res.checks.append(speed_check(programs, modeler, rules=kept, timed=timed))
