@@ -94,6 +94,33 @@ def test_counts_pinning_and_model_on_nested_loops(n):
     assert modeled.bounds and "branch chosen by array data" in modeled.bounds[0]
 
 
+def _scaled_n_times(x, n):
+    """``x * 1.5 + 1`` n times, n read from the data (a loop the model cannot count alone)."""
+    return jax.lax.while_loop(lambda s: s[0] < n, lambda s: (s[0] + 1, s[1] * 1.5 + 1.0),
+                              (0, x))[1]
+
+
+def test_a_loop_is_priced_per_iteration():
+    """A TPU runs each iteration of a while loop's body as kernels of its own: each reads the
+    device's block from HBM and writes it back, with a launch of its own. A loop counted on the
+    data, and a fori_loop, of n iterations model at n times one iteration (the model once fused
+    the unrolled iterations into one kernel: 8 iterations priced as 1)."""
+    from autograder.tpumodel import chips
+
+    x = jnp.ones((512, 1024), jnp.float32)  # 2 MiB
+    block = 2 * x.size * 4 / chips.CHIPS["v5e"].hbm_bw + chips.KERNEL_OVERHEAD_S
+    for n in (0, 1, 8):
+        nn = jnp.asarray(n, jnp.int32)
+        exp = _export(_scaled_n_times, x, nn)
+        fixed = loops.pinned(exp, loops.trip_counts(exp, [x, nn]))
+        counted = model_function(fixed.call, [x, nn])
+        static = model_function(lambda v: jax.lax.fori_loop(  # noqa: B023
+            0, n, lambda i, u: u * 1.5 + 1.0, v), [x])
+        for m in (counted, static):
+            assert m.timeline.makespan == pytest.approx(n * block, rel=0.02, abs=1e-8), n
+            assert m.timeline.summary()["n_compute"] == n
+
+
 def test_no_loops_no_counts():
     x = jnp.ones((8,), jnp.float32)
     exp = _export(lambda v: jnp.sin(v) * 2, x)

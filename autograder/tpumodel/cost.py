@@ -1,6 +1,7 @@
 """Cost rules: from the flattened per-device program to timed tasks.
 
-Compute. Array operations are grouped into kernels the way XLA's TPU fusion would (elementwise
+Compute. Array operations are grouped into kernels the way XLA's TPU fusion would, never across
+a loop body's boundary (a TPU launches each iteration's kernels anew) (elementwise
 chains fuse together; an elementwise consumer fuses into the one matmul feeding it; slices,
 converts and transposes feeding a matmul fuse into it), except that a matmul never takes in a
 consumer that reads a transfer the matmul itself does not wait for: a kernel starts when all its
@@ -243,7 +244,11 @@ def fuse(nodes: list[Node], live_out: frozenset) -> list[list[int]]:
     """Group compute nodes into kernels; collectives stay alone. Returns member lists in order.
 
     An elementwise node joins the kernel of a matmul feeding it only if every transfer it reads
-    (see :func:`transfers`) is one that kernel already waits for.
+    (see :func:`transfers`) is one that kernel already waits for. Fusion stops at a loop body's
+    boundary (:attr:`~.hlo.Node.scope`): XLA fuses within one computation, and a TPU runs each
+    iteration of a while loop's body as kernels of its own, each reading its operands from HBM
+    and writing its results back, with a launch each; ops before, inside and after a loop, or in
+    two iterations of it, never share a kernel.
 
     Linear in the program (up to a log): a kernel is known by the node that made it last, which
     the nodes it absorbed point to; what decides whether it may grow (is every use of a member
@@ -255,6 +260,7 @@ def fuse(nodes: list[Node], live_out: frozenset) -> list[list[int]]:
     heavy: dict[int, bool] = {}
     alone: dict[int, bool] = {}  # a collective or a standalone op: never fused
     created: dict[int, int] = {}
+    scope: dict[int, tuple] = {}  # the loop body run a kernel's members belong to
     kernel_waits: dict[int, int] = {}
     #: per kernel: the uses of its members outside it, and whether a member leaves the program
     outside: dict[int, set] = {}
@@ -277,6 +283,7 @@ def fuse(nodes: list[Node], live_out: frozenset) -> list[list[int]]:
         kid = n.id
         home[n.id] = kid
         outside[kid], leaves[kid] = set(cons[n.id]), n.id in live_out
+        scope[kid] = n.scope
         if n.opcode in COLLECTIVES:
             members[kid], heavy[kid], created[kid], alone[kid] = [n.id], False, counter, True
             kernel_waits[kid] = waits[n.id]
@@ -286,8 +293,8 @@ def fuse(nodes: list[Node], live_out: frozenset) -> list[list[int]]:
         if n.opcode not in STANDALONE:
             for d in sorted(n.deps):
                 k = kernel_of(d)
-                if k in cands or alone[k]:
-                    continue
+                if k in cands or alone[k] or scope[k] != n.scope:
+                    continue  # a kernel never spans two runs of a loop body
                 if closed_to(k, n.id):
                     cands.append(k)
         light = [k for k in cands if not heavy[k]]
@@ -314,6 +321,7 @@ def fuse(nodes: list[Node], live_out: frozenset) -> list[list[int]]:
             alone.pop(k)
             outside.pop(k)
             leaves.pop(k)
+            scope.pop(k)
             kernel_waits[kid] |= kernel_waits.pop(k)
             home[k] = kid
     return [sorted(ms) for _, ms in sorted(members.items(), key=lambda kv: min(kv[1]))]
