@@ -2,11 +2,13 @@
 
     python benchmarks/calibrate_tpumodel.py [--png-dir DIR] [--table]
 
-Published (TPU v5e, mesh 2x4, B, D, F = 1024, 2048, 8192): jit matmul with a blocking all-gather
-311 us, collective all-gather matmul 244 us, no sharded contracting dimension 224 us. The model
-must give the ratios 244/311 and 224/311 within 10%; on a communication-bound f32 shape
-(1024, 2048, 1024) the bidirectional version must model at least 1.3x faster than the
-unidirectional one. Deterministic: no timing of the host is involved.
+Published (TPU v5e, mesh 2x4, B, D, F = 1024, 2048, 8192, int32 arrays: six bf16 MXU passes per
+product): jit matmul with a blocking all-gather 311 us, collective all-gather matmul 244 us, no
+sharded contracting dimension 224 us. The model must give the last within 10% (the MXU efficiency
+is fitted to it: one pass at 0.58 of the bf16 peak, six passes for int32) and the ratios 244/311
+and 224/311 within 10%; on a communication-bound bf16 shape (1024, 2048, 2048: 38 us of one-way
+transfers against about 9 us of matmuls) the bidirectional version must model at least 1.5x
+faster than the unidirectional one. Deterministic: no timing of the host is involved.
 
 ``--table`` prints, as Markdown for docs/model.md, every published figure beside the model's (with
 the error of each), and every reference ring of ps3/ps4 modeled at the same shape: a ring that
@@ -230,8 +232,8 @@ def main(argv=None) -> int:
         return 0
     ok = True
     for title, shape, dt in (("published int32 1024,2048,8192", (1024, 2048, 8192), jnp.int32),
-                             ("comm-bound f32 1024,2048,1024", (1024, 2048, 1024),
-                              jnp.float32)):
+                             ("comm-bound bf16 1024,2048,2048", (1024, 2048, 2048),
+                              jnp.bfloat16)):
         res = run(*shape, dt, chip=a.chip)
         print(f"== {title} on {a.chip}, mesh 2x4")
         print(f"   {'':16s}{'total':>9s}{'compute':>9s}{'comm':>9s}{'exposed':>9s}  us")
@@ -240,7 +242,11 @@ def main(argv=None) -> int:
             print(f"   {k:16s}{s['time_us']:9.1f}{s['compute_us']:9.1f}{s['comm_us']:9.1f}"
                   f"{s['exposed_comm_us']:9.1f}")
         jit = res["jit"].time_us
-        if shape[2] == 8192:
+        if dt == jnp.int32:
+            good = abs(res["unsharded"].time_us / 224 - 1) <= 0.10
+            ok &= good
+            print(f"   unsharded = {res['unsharded'].time_us:.1f} us  (published 224 us, "
+                  f"{'within' if good else 'OUTSIDE'} 10%)")
             for k, target in (("unidirectional", 244 / 311), ("unsharded", 224 / 311)):
                 r = res[k].time_us / jit
                 good = abs(r / target - 1) <= 0.10
@@ -249,13 +255,13 @@ def main(argv=None) -> int:
                       f"{'within' if good else 'OUTSIDE'} 10%)")
         else:
             r = res["unidirectional"].time_us / res["bidirectional"].time_us
-            good = r >= 1.3 and res["monolithic"].time_us > res["unidirectional"].time_us
+            good = r >= 1.5 and res["monolithic"].time_us > res["unidirectional"].time_us
             ok &= good
-            print(f"   unidirectional/bidirectional = {r:.2f} (need >= 1.3); "
+            print(f"   unidirectional/bidirectional = {r:.2f} (need >= 1.5); "
                   f"monolithic > unidirectional: {res['monolithic'].time_us > res['unidirectional'].time_us}")
         if a.png_dir:
             Path(a.png_dir).mkdir(parents=True, exist_ok=True)
-            name = "published" if shape[2] == 8192 else "commbound"
+            name = "published" if dt == jnp.int32 else "commbound"
             p = plot_timelines([(k, m.timeline) for k, m in res.items()],
                                str(Path(a.png_dir) / f"calibration-{name}.png"))
             print(f"   timeline: {p}")

@@ -50,8 +50,8 @@ def test_each_assignment_has_its_own_course_files():
 
 @pytest.mark.parametrize("edit, regraded", [
     # one speed limit of ps3 (the README's "changing the course"): ps3 only
-    (("course/problems/ps3_collective_matmul.py", '"mlp": {"tpu": 0.9, "tpu_model": 0.75}',
-      '"mlp": {"tpu": 0.9, "tpu_model": 0.8}'), {"ps3_collective_matmul"}),
+    (("course/problems/ps3_collective_matmul.py", '"mlp": {"tpu": 1.2, "tpu_model": 1.15}',
+      '"mlp": {"tpu": 1.2, "tpu_model": 1.1}'), {"ps3_collective_matmul"}),
     # the rules ps3 and ps4 share: both
     (("course/rules/ring.py", "BLOCK_SLACK = 0.25", "BLOCK_SLACK = 0.2"),
      {"ps3_collective_matmul", "ps4_bidirectional"}),

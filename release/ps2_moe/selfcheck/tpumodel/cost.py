@@ -1,6 +1,7 @@
 """Cost rules: from the flattened per-device program to timed tasks.
 
-Compute. Array operations are grouped into kernels the way XLA's TPU fusion would (elementwise
+Compute. Array operations are grouped into kernels the way XLA's TPU fusion would, never across
+a loop body's boundary (a TPU launches each iteration's kernels anew) (elementwise
 chains fuse together; an elementwise consumer fuses into the one matmul feeding it; slices,
 converts and transposes feeding a matmul fuse into it), except that a matmul never takes in a
 consumer that reads a transfer the matmul itself does not wait for: a kernel starts when all its
@@ -85,7 +86,7 @@ class Task:
     bytes: float = 0.0
     comm_bytes: float = 0.0
     unit: str = ""  # what bounds a compute kernel: 'mxu', 'vpu' or 'mem'
-    passes: int = 1  # the most MXU passes one of its matmuls takes (HIGH: 3, HIGHEST: 6)
+    passes: int = 1  # the most MXU passes one of its float32 matmuls takes (HIGH: 3, HIGHEST: 6)
     #: the (file, line) pairs its ops were traced from, in program order (:attr:`Node.source`)
     sources: tuple = ()
 
@@ -245,7 +246,11 @@ def fuse(nodes: list[Node], live_out: frozenset) -> list[list[int]]:
     """Group compute nodes into kernels; collectives stay alone. Returns member lists in order.
 
     An elementwise node joins the kernel of a matmul feeding it only if every transfer it reads
-    (see :func:`transfers`) is one that kernel already waits for.
+    (see :func:`transfers`) is one that kernel already waits for. Fusion stops at a loop body's
+    boundary (:attr:`~.hlo.Node.scope`): XLA fuses within one computation, and a TPU runs each
+    iteration of a while loop's body as kernels of its own, each reading its operands from HBM
+    and writing its results back, with a launch each; ops before, inside and after a loop, or in
+    two iterations of it, never share a kernel.
 
     Linear in the program (up to a log): a kernel is known by the node that made it last, which
     the nodes it absorbed point to; what decides whether it may grow (is every use of a member
@@ -257,6 +262,7 @@ def fuse(nodes: list[Node], live_out: frozenset) -> list[list[int]]:
     heavy: dict[int, bool] = {}
     alone: dict[int, bool] = {}  # a collective or a standalone op: never fused
     created: dict[int, int] = {}
+    scope: dict[int, tuple] = {}  # the loop body run a kernel's members belong to
     kernel_waits: dict[int, int] = {}
     #: per kernel: the uses of its members outside it, and whether a member leaves the program
     outside: dict[int, set] = {}
@@ -279,6 +285,7 @@ def fuse(nodes: list[Node], live_out: frozenset) -> list[list[int]]:
         kid = n.id
         home[n.id] = kid
         outside[kid], leaves[kid] = set(cons[n.id]), n.id in live_out
+        scope[kid] = n.scope
         if n.opcode in COLLECTIVES:
             members[kid], heavy[kid], created[kid], alone[kid] = [n.id], False, counter, True
             kernel_waits[kid] = waits[n.id]
@@ -288,8 +295,8 @@ def fuse(nodes: list[Node], live_out: frozenset) -> list[list[int]]:
         if n.opcode not in STANDALONE:
             for d in sorted(n.deps):
                 k = kernel_of(d)
-                if k in cands or alone[k]:
-                    continue
+                if k in cands or alone[k] or scope[k] != n.scope:
+                    continue  # a kernel never spans two runs of a loop body
                 if closed_to(k, n.id):
                     cands.append(k)
         light = [k for k in cands if not heavy[k]]
@@ -316,6 +323,7 @@ def fuse(nodes: list[Node], live_out: frozenset) -> list[list[int]]:
             alone.pop(k)
             outside.pop(k)
             leaves.pop(k)
+            scope.pop(k)
             kernel_waits[kid] |= kernel_waits.pop(k)
             home[k] = kid
     return [sorted(ms) for _, ms in sorted(members.items(), key=lambda kv: min(kv[1]))]
@@ -331,6 +339,11 @@ PRECISION_PASSES = {"default": 1, "high": 3, "highest": 6}
 #: precision", ``_X6`` "6 operations" (its docstrings): the algorithms of HIGH and HIGHEST on a
 #: TPU. Any other algorithm has no cost rule.
 ALGORITHM_PASSES = {"dot_bf16_bf16_f32_x3": 3, "dot_bf16_bf16_f32_x6": 6}
+#: MXU passes of a matmul of wide integers: the MXU multiplies bf16 (8-bit significands), so a
+#: 32-bit integer product is split into bf16 pieces as a HIGHEST float32 one is, six passes: the
+#: published v5e example (int32 [512, 2048] @ [2048, 2048] per chip in 224 us) is six passes at
+#: the efficiency of :data:`.chips.MXU_EFFICIENCY` (``benchmarks/calibrate_tpumodel.py``)
+WIDE_INTEGER_PASSES = {"s32": 6, "u32": 6, "s64": 6, "u64": 6, "s16": 6, "u16": 6}
 
 
 def mxu_passes(n: Node) -> int:
@@ -339,12 +352,15 @@ def mxu_passes(n: Node) -> int:
     operands' precisions (:data:`PRECISION_PASSES`; a TPU multiplies at one precision, and XLA
     picks the higher of the two where it must choose, as its GPU GemmConfig does: the TPU
     compiler's own rule is not public, and the dearer is the sound price), or of its algorithm
-    (:data:`ALGORITHM_PASSES`); any other operands (bf16, integers) take one pass at any
-    precision: the MXU multiplies them as they are."""
+    (:data:`ALGORITHM_PASSES`); a 16-, 32- or 64-bit integer matmul six
+    (:data:`WIDE_INTEGER_PASSES`); any other operands (bf16, f16, int8, 8-bit floats) take one
+    pass at any precision: the MXU multiplies them as they are."""
     algorithm = n.attrs.get("algorithm")
     if algorithm is not None and algorithm not in ALGORITHM_PASSES:
         raise ModelError(f"the matmul algorithm {algorithm!r} ({n.label or n.opcode}) has no "
                          "cost rule")
+    if n.inputs and n.inputs[0].shape.dtype in WIDE_INTEGER_PASSES:
+        return WIDE_INTEGER_PASSES[n.inputs[0].shape.dtype]
     if not n.inputs or n.inputs[0].shape.dtype != "f32":
         return 1
     named = n.attrs.get("operand_precision", "{}").strip("{}")
@@ -457,7 +473,8 @@ def build_tasks(nodes: list[Node], out_value, geo: Geometry, chip: chipmod.Chip,
         vector = 0.0
         flops_by_dtype: dict[str, float] = {}
         pass_flops: dict[str, float] = {}  # FLOPs times MXU passes
-        passes = 1  # the most passes one matmul of the kernel takes
+        passes = 1  # the most passes one float32 matmul of the kernel takes (its precision)
+        most = 1  # the most passes one matmul of any type takes (an int32 one: six)
         read: dict = {}
         written = 0.0
         for m in ms:
@@ -468,7 +485,9 @@ def build_tasks(nodes: list[Node], out_value, geo: Geometry, chip: chipmod.Chip,
                 flops_by_dtype[dt] = flops_by_dtype.get(dt, 0.0) + f
                 # the MXU's time is its passes' (FLOPs stay FLOPs: XLA's floor counts those)
                 pass_flops[dt] = pass_flops.get(dt, 0.0) + f * k
-                passes = max(passes, k)
+                most = max(most, k)
+                if dt == "f32":  # what the program chose: the speed message names it
+                    passes = max(passes, k)
             elif n.opcode in VECTOR:
                 vector += vector_ops(n)
             for i, l in enumerate(n.inputs):
@@ -503,7 +522,7 @@ def build_tasks(nodes: list[Node], out_value, geo: Geometry, chip: chipmod.Chip,
         else:
             unit, bound = ("mxu" if t_mxu >= t_vpu else "vpu"), "compute"
         desc = (f"{len(ms)} op(s), {sum(flops_by_dtype.values()) / 1e9:.2f} GFLOP"
-                f"{f' in {passes} MXU passes' if passes > 1 else ''}, "
+                f"{f' in {most} MXU passes' if most > 1 else ''}, "
                 f"{vector / 1e9:.2f} G vector ops, {nbytes / 2**20:.2f} MiB, {bound}-bound")
         tasks.append(Task(tid, "compute", lab, dur, ("compute",), deps, list(ms), desc,
                           flops=sum(flops_by_dtype.values()), vector=vector, bytes=nbytes,

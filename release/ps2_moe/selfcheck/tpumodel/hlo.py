@@ -283,6 +283,11 @@ class Node:
     #: (file, line) of the source line the op was traced from (:func:`source_table`); () where
     #: the op carries none (XLA or GSPMD made it)
     source: tuple = ()
+    #: the loop body run it belongs to: per enclosing loop, (which entry of a while loop, which
+    #: iteration); () outside every loop. XLA fuses within one computation: a TPU runs each
+    #: iteration of a loop's body as kernels of its own, so ops of different runs never fuse
+    #: (:func:`.cost.fuse`)
+    scope: tuple = ()
 
     @property
     def out_bytes(self) -> int:
@@ -387,6 +392,9 @@ class Flattener:
         self.nodes: list[Node] = []
         self._vid = 0
         self.loop_stack: list[int] = []
+        #: per enclosing loop, (its entry's number, the iteration): :attr:`Node.scope`
+        self.scope_stack: list[tuple[int, int]] = []
+        self._entries = 0  # while loops entered so far
         #: the while instructions being walked, innermost last
         self.loop_ins: list[Instr] = []
         self.steps = 0
@@ -518,7 +526,7 @@ class Flattener:
         outs = [s for s in outs if isinstance(s, Shape)]
         op, inputs = simple_indexing(op, ins.attrs, [l for o in ops for l in self.leaves(o)])
         node = Node(len(self.nodes), op, label, outs, inputs, ins.attrs, deps,
-                    tuple(self.loop_stack))
+                    tuple(self.loop_stack), scope=tuple(self.scope_stack))
         self.nodes.append(node)
         return self.make_out(ins.type, {node.id})
 
@@ -531,13 +539,17 @@ class Flattener:
             per = _size(self.comps, cond) + _size(self.comps, body)
             if self.budget.used + known * per > self.budget.evaluated:
                 raise self.budget.too_long(known, per, _where(self.comps[body], ins))
+        entry = self._entries
+        self._entries += 1
         self.loop_stack.append(0)
+        self.scope_stack.append((entry, 0))
         self.loop_ins.append(ins)
         it = 0
         while True:
             c = self.run(cond, [carry])
             if not isinstance(c, Leaf) or c.const is None:
                 self.loop_stack.pop()
+                self.scope_stack.pop()
                 self.loop_ins.pop()
                 raise DataDependentLoop("a while loop whose trip count depends on array data")
             self.device_dependent |= c.dev
@@ -546,9 +558,11 @@ class Flattener:
             self.steps += 1
             self.budget.iterations += 1
             self.loop_stack[-1] = it
+            self.scope_stack[-1] = (entry, it)
             carry = self.run(body, [carry])
             it += 1
         self.loop_stack.pop()
+        self.scope_stack.pop()
         self.loop_ins.pop()
         return carry
 

@@ -9,13 +9,15 @@ Sources (public):
 Matmuls are priced per MXU pass, as the device runs them. The MXU multiplies bf16: a bf16 dot is
 one pass, and so is a float32 dot at JAX's default precision (what the jit baselines run: a TPU
 rounds its operands to bf16), so a product split into bf16 parts ("bf16x3": three dots) costs
-three passes against the baseline's one and buys nothing. Every pass is priced at one rate,
-:data:`PASS_FLOPS` of the bf16 peak: the rate the published example reaches (below). A float32 dot
-at HIGH precision is three passes and at HIGHEST six, as the device runs them (the
-``jax.lax.Precision`` docstring: "On TPU: performs float32 computations in 3 bfloat16 passes",
-"in 6"), and so are the dot algorithms BF16_BF16_F32_X3 and _X6 (:func:`.cost.mxu_passes`): the
-precision changes nothing on the CPU where the values are checked, but six passes against the
-baseline's one is what a TPU would time. int8 runs at the int8 rate in proportion.
+three passes against the baseline's one and buys nothing. One pass runs at :data:`PASS_FLOPS` of
+the bf16 peak, the efficiency fitted to the published example (below); a product that takes n
+passes costs n of them. A float32 dot at HIGH precision is three passes and at HIGHEST six, as
+the device runs them (the ``jax.lax.Precision`` docstring: "On TPU: performs float32
+computations in 3 bfloat16 passes", "in 6"), and so are the dot algorithms BF16_BF16_F32_X3 and
+_X6; a 32-bit integer dot is six, as a HIGHEST float32 one (the published example's arrays are
+int32: :func:`.cost.mxu_passes`). The precision changes nothing on the CPU where the values are
+checked, but six passes against the baseline's one is what a TPU would time. int8 runs at the
+int8 rate in proportion.
 
 Elementwise arithmetic and reductions run on the vector unit (VPU), not the MXU: an (8, 128) array
 of lanes with 4 ALUs each, one f32 operation per ALU and cycle. Its rate is 4096 operations per
@@ -25,10 +27,12 @@ cores) and v6e (1 core). So a product written as multiply-and-sum runs ~20-60x s
 MXU, as it does on the chip.
 
 Two figures are calibrated rather than read off a data sheet (see ``benchmarks/calibrate_tpumodel.py``):
-  * ``MXU_EFFICIENCY``: the fraction of the six-pass rate (bf16 peak / 6) a well-shaped matmul
+  * ``MXU_EFFICIENCY``: the fraction of the bf16 peak one MXU pass of a well-shaped matmul
     reaches. The published v5e example (int32 [512, 2048] @ [2048, 2048] per chip, six bf16
-    passes on the device, in 224 us: about 19 TFLOP/s) gives 0.58; the model prices every pass
-    at that example's rate, ``PASS_FLOPS`` = 0.58 / 6 of the bf16 peak.
+    passes on the device, in 224 us: 4.3 GFLOP at about 19 TFLOP/s, six passes' worth) gives
+    0.58 of the six-pass rate (bf16 peak / 6), so one pass at 0.58 of the bf16 peak, about 115
+    TFLOP/s on a v5e: a bf16 dot or a float32 one at default precision runs there, and the
+    example's six passes take 6x as long (the model: 226 us, +0.9%).
   * XLA's own monolithic collectives (all-gather, reduce-scatter, all-reduce) are modeled as a
     ring that streams over one link direction: the published profile's 3 MiB all-gather over 4
     v5e chips takes ~87 us, about 3 MiB / 45 GB/s plus latency.
@@ -37,10 +41,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-#: achieved fraction of the MXU peak on a large matmul (calibrated on the published v5e figures)
+#: achieved fraction of the MXU peak on a large matmul (calibrated on the published v5e figures:
+#: six passes at this fraction of the bf16 peak take the example's 224 us)
 MXU_EFFICIENCY = 0.58
-#: the fraction of the bf16 peak one priced MXU pass runs at (the calibrated example's rate)
-PASS_FLOPS = MXU_EFFICIENCY / 6.0
+#: the fraction of the bf16 peak one MXU pass runs at: a dot of n passes takes n times as long
+PASS_FLOPS = MXU_EFFICIENCY
 #: fixed cost of launching one fused kernel on the TensorCore, seconds
 KERNEL_OVERHEAD_S = 0.5e-6
 #: fixed cost of one ring step / one point-to-point transfer over ICI, seconds
@@ -61,9 +66,9 @@ class Chip:
 
     def matmul_flops(self, dtype: str) -> float:
         """Achievable matmul FLOP/s for operands of this HLO element type, per MXU pass: one
-        priced pass (:data:`PASS_FLOPS` of the bf16 peak) for bf16, f16 and f32 alike (a
-        float32 matmul at HIGH or HIGHEST takes 3 or 6 of them, :func:`.cost.mxu_passes`);
-        int8 and 8-bit floats at the int8 rate in proportion."""
+        pass (:data:`PASS_FLOPS` of the bf16 peak) for bf16, f16, f32 and s32 alike (a
+        float32 matmul at HIGH or HIGHEST takes 3 or 6 of them, an int32 one 6:
+        :func:`.cost.mxu_passes`); int8 and 8-bit floats at the int8 rate in proportion."""
         rate = self.bf16_flops * PASS_FLOPS
         if dtype in ("s8", "u8", "s4", "u4") or dtype.startswith("f8"):
             rate *= self.int8_flops / self.bf16_flops
