@@ -209,6 +209,9 @@ def main(argv=None) -> int:
                 kept = _kept(cache)
             by_asg[asg] += records
             all_records += records
+            if not records:
+                print(f"warning: no timing record from the grader of {asg}: its CPU split is "
+                      "unknown (read as 0 below)", flush=True)
             used = [r.get("processes", {}) for r in records]
             judge = sum(u.get("self", 0.0) for u in used)
             # the sandbox's control group, else (no group) the judge's reaped children

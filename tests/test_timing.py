@@ -42,3 +42,18 @@ def test_a_phase_counts_its_wall_clock_its_own_cpu_and_its_process_cpu(monkeypat
     timing.reset()
     assert timing.totals() == {} and "sandbox" not in timing.processes()
     assert timing.processes()["self"] < 0.04  # counted afresh from the reset
+
+
+def test_a_jobs_record_is_written_when_it_is_done(monkeypatch, tmp_path):
+    """The judge's record of one job, written by the callback the job calls before its last
+    record (the supervisor may end the judge right after it), with the job's grading phase."""
+    trace = tmp_path / "timings.jsonl"
+    monkeypatch.setenv("AUTOGRADER_TIMINGS", str(trace))
+    timing.reset()
+    done = timing.job_record("ps2_moe")
+    assert not trace.exists()
+    _spin(0.03)
+    done()
+    rec = json.loads(trace.read_text())
+    assert rec["label"] == "ps2_moe" and rec["phases"]["grading"] >= 0.03
+    assert rec["own cpu"]["grading"] >= 0.02

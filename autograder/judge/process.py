@@ -27,6 +27,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Callable, Optional
 
 from ..core.records import Job, JudgeOptions, Limits, RecordError, parse
 
@@ -120,7 +121,10 @@ def exporter_for(job: Job, opts: JudgeOptions):
     return exporter
 
 
-def run(job: Job, opts: JudgeOptions, send, exporter) -> None:
+def run(job: Job, opts: JudgeOptions, send, exporter, *,
+        before_done: Optional[Callable[[], None]] = None) -> None:
+    """Grade ``job`` with ``exporter`` (its sandboxed worker), sending its records. ``before_done``
+    runs just before :class:`Done` is sent (the supervisor may end this process right after)."""
     from ..core import errors
     from ..core.records import Done, Handover, Plan, Restart, Result, Start
     from . import grading
@@ -157,6 +161,8 @@ def run(job: Job, opts: JudgeOptions, send, exporter) -> None:
                 send(Start(p.name))
                 send(Result(p.name, [], regrade=exporter.fault))
             exporter.close()
+            if before_done is not None:
+                before_done()
             send(Done([]))
             return
         notes = list(exporter.notes)
@@ -197,6 +203,8 @@ def run(job: Job, opts: JudgeOptions, send, exporter) -> None:
                 exporter.close()
                 os._exit(0)
         exporter.close()
+        if before_done is not None:
+            before_done()
         send(Done(list(exporter.late_notes)))
     finally:
         exporter.close()
@@ -256,9 +264,8 @@ def serve(opts: JudgeOptions, send, setup) -> int:
             setup()
             timing.add("start (this process and JAX)", time.perf_counter() - _T0)
             first = False
-        with timing.phase("grading"):
-            run(job, opts, send, exporter)
-        timing.write(job.assignment or Path(job.submission).stem)
+        run(job, opts, send, exporter, before_done=timing.job_record(
+            job.assignment or Path(job.submission).stem))
         timing.reset()
         if errors.EXPIRED or not _quiet(extra_s=5.0):
             return 0
@@ -356,9 +363,8 @@ def main(argv=None) -> int:
     from . import timing
 
     timing.add("start (this process and JAX)", time.perf_counter() - _T0)
-    with timing.phase("grading"):
-        run(job, opts, send, exporter)
-    timing.write(job.assignment or Path(job.submission).stem)
+    run(job, opts, send, exporter, before_done=timing.job_record(
+        job.assignment or Path(job.submission).stem))
     return 0
 
 

@@ -111,6 +111,22 @@ def reset() -> None:
         _since = _usage()
 
 
+def job_record(label: str):
+    """Start the ``grading`` phase of one job; returns what ends it and writes the record
+    (:func:`write`), called before the job's last record is sent: the process that started
+    this one may end it at once after that record."""
+    t0, c0, o0 = _clock(), _cpu(), _own()
+
+    def done() -> None:
+        with _lock:
+            _totals["grading"] += _clock() - t0
+            _cpu_totals["grading"] += _cpu() - c0
+            _own_totals["grading"] += _own() - o0
+        write(label)
+
+    return done
+
+
 def write(label: str) -> None:
     """Append this process's totals to ``$AUTOGRADER_TIMINGS`` (if set)."""
     path = os.environ.get("AUTOGRADER_TIMINGS")
