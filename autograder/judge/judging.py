@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from ..core.problem import Problem
+from ..core.records import Limits
 from ..core.results import CheckResult, FunctionResult, failed, not_measured, skipped
 from ..course import checks
 from .measured import memory_check
@@ -20,7 +21,7 @@ from .timing import phase
 
 def grade_function(problem: Problem, source, *, seed: int | None = None, quick: bool = False,
                    with_speed: bool = True, modeler: Optional[Callable] = None,
-                   export_timeout: float = 120.0, plan: Optional[Plan] = None,
+                   export_timeout: Optional[float] = None, plan: Optional[Plan] = None,
                    store: Optional[VerdictStore] = None, overlap: bool = True,
                    timed: Optional[bool] = None,
                    ownership: Optional[Ownership] = None) -> FunctionResult:
@@ -35,6 +36,8 @@ def grade_function(problem: Problem, source, *, seed: int | None = None, quick: 
     (:meth:`CompilePool.compiling`), for a function whose last fault had no single owner.
     ``ownership``: the job's (:class:`~autograder.judge.ownership.Ownership`: whose work the
     judge is doing, told to whoever listens); None: one of this call's own, told to nobody.
+    ``export_timeout``: seconds the exports may take (default: the course's
+    :attr:`~autograder.core.records.Limits.export_s`; a judge passes its own).
     ``timed``: the speed case is timed against the jit baseline and the wall-clock ratio decides,
     the model's figure beside it (default: where the course's devices are real accelerators,
     :func:`timed_here`; True on emulated CPU devices is a test of that path, not a grade).
@@ -58,7 +61,8 @@ def grade_function(problem: Problem, source, *, seed: int | None = None, quick: 
         # identical program's verdict may be reused, not before the lookup (a clone's programs
         # would be compiled for nothing, the judge's cores taken from its worker)
         with phase("wait for exports"):
-            replies = exporter.export(requests, export_timeout,
+            replies = exporter.export(requests, Limits().export_s
+                                      if export_timeout is None else export_timeout,
                                       on_reply=pool.arrived if store is None else None)
         programs.replies.update(replies)
         key = programs.key(with_speed=with_speed, timed=timed) if store is not None else None
