@@ -75,7 +75,8 @@ def test_release_folder_runs_on_this_jax(asg, tmp_path):
     assert want and {n: r["limit"] for n, r in got.items()} == want
     for name, r in got.items():
         assert r["ratio"] <= r["limit"], r
-        assert r["lines"] <= 12, r
+        # the summary, then at most 4 of the student's lines quoted and "... and N more"
+        assert r["lines"] <= 12 and r["quoted"] <= 5, r
 
 
 #: a folder that stands for a release folder: source/'s files, with the selfcheck package built
@@ -262,8 +263,13 @@ mesh = selfcheck.make_mesh(2, 4)
 for name in sorted(selfcheck.PUBLIC):
     if name in fns and selfcheck.PUBLIC[name]["limit"] is not None:
         p = selfcheck.tpu_profile(name, fns[name], mesh)
+        text = repr(p).splitlines()
+        at = text.index("  your lines named above:") if "  your lines named above:" in text \
+            else len(text)
+        quoted = [t for t in text[at + 1:] if t.startswith("    ")]
         print("PROFILE", json.dumps({{"name": name, "ratio": p.ratio, "limit": p.limit,
-                                     "lines": len(repr(p).splitlines())}}))
+                                     "lines": len(text) - len(quoted) - (at < len(text)),
+                                     "quoted": len(quoted)}}))
 '''
 
 

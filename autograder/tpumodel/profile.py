@@ -108,20 +108,21 @@ def _where_file(path: str) -> str:
     return name
 
 
-def quoted_lines(waits, limit: int = 8) -> list[str]:
-    """'line 11 (cell.py): acc = acc + ...' for each of the student's lines ``waits`` name."""
+def quoted_lines(waits, limit: int = 4) -> list[str]:
+    """'line 11 (cell.py): acc = acc + ...' for the student's lines ``waits`` name whose text can
+    be read (a line number alone is said in the path already), at most ``limit`` of them."""
     import linecache
 
     seen = sorted(set(s for w in waits for s in (*w.lines, *w.on_lines)))
-    out = []
-    for f, l in seen[:limit]:
+    found = []
+    for f, l in seen:
         text = linecache.getline(f, l).strip()
-        if len(text) > 72:
-            text = text[:69] + "..."
-        out.append(f"line {l} ({_where_file(f)}): {text}" if text else
-                   f"line {l} ({_where_file(f)})")
-    if len(seen) > limit:
-        out.append(f"... and {len(seen) - limit} more lines")
+        if text:
+            found.append(f"line {l} ({_where_file(f)}): "
+                         + (text[:69] + "..." if len(text) > 72 else text))
+    out = found[:limit]
+    if len(found) > limit:
+        out.append(f"... and {len(found) - limit} more lines")
     return out
 
 
