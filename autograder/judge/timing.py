@@ -43,17 +43,27 @@ def _usage() -> dict[str, float]:
 _since = _usage()
 
 
+def _readings() -> tuple[float, float, float]:
+    """(wall-clock, process CPU, this thread's CPU) now."""
+    return _clock(), _cpu(), _own()
+
+
+def _count(name: str, since: tuple[float, float, float]) -> None:
+    """Add what passed since ``since`` (:func:`_readings`) to phase ``name``."""
+    (t1, c1, o1), (t0, c0, o0) = _readings(), since
+    with _lock:
+        _totals[name] += t1 - t0
+        _cpu_totals[name] += c1 - c0
+        _own_totals[name] += o1 - o0
+
+
 @contextlib.contextmanager
 def phase(name: str):
-    t0, c0, o0 = _clock(), _cpu(), _own()
+    since = _readings()
     try:
         yield
     finally:
-        t1, c1, o1 = _clock(), _cpu(), _own()
-        with _lock:
-            _totals[name] += t1 - t0
-            _cpu_totals[name] += c1 - c0
-            _own_totals[name] += o1 - o0
+        _count(name, since)
 
 
 def add(name: str, seconds: float) -> None:
@@ -115,13 +125,10 @@ def job_record(label: str):
     """Start the ``grading`` phase of one job; returns what ends it and writes the record
     (:func:`write`), called before the job's last record is sent: the process that started
     this one may end it at once after that record."""
-    t0, c0, o0 = _clock(), _cpu(), _own()
+    since = _readings()
 
     def done() -> None:
-        with _lock:
-            _totals["grading"] += _clock() - t0
-            _cpu_totals["grading"] += _cpu() - c0
-            _own_totals["grading"] += _own() - o0
+        _count("grading", since)
         write(label)
 
     return done
