@@ -565,3 +565,30 @@ def test_group_axes_in_every_order_and_layout():
         assert [(o.kind, o.axes) for o in sp.collectives()] == [
             ("all_gather", ("Y", "X")), ("psum", ("X", "Y"))], layout
         assert _cols(jp) == _cols(sp)
+
+
+def test_module_text_is_made_once_per_artifact_and_forgotten_with_it(monkeypatch):
+    """One grading reads each program's text in several places: it is deserialized and printed
+    once per artifact (``module_text``), is the artifact's own text, and leaves the cache when
+    the artifact is collected (a warm judge grades thousands of programs)."""
+    import gc
+
+    from autograder.core import stablehlo
+
+    exp = _export(lambda x: jnp.sin(x) * 2, (jnp.ones(4),))
+    real = type(exp).mlir_module
+    calls = []
+
+    def counted(self, *a, **k):
+        calls.append(1)
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(type(exp), "mlir_module", counted)
+    text = stablehlo.module_text(exp)
+    assert text == real(exp) and "stablehlo.sine" in text
+    assert stablehlo.module_text(exp) is text and len(calls) == 1
+    key = id(exp)
+    assert key in stablehlo._TEXTS
+    del exp
+    gc.collect()
+    assert key not in stablehlo._TEXTS

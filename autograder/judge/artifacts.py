@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Protocol
 
 from ..core.errors import CALLBACK_HINT
+from ..core.stablehlo import module_text
 from ..core.results import your_code_raised
 from ..core.records import (
     ExportReply,
@@ -79,7 +80,7 @@ def load_artifact(reply: Optional[ExportReply], request: ExportRequest) -> Artif
                             f"{(request.platform,)}")
     if exp.ordered_effects or exp.unordered_effects:
         raise ArtifactError(CALLBACK_HINT)
-    text = exp.mlir_module()
+    text = module_text(exp)
     allowed = allowed_custom_calls()
     for m in _TARGET.finditer(text):
         target = m.group(1) or m.group(2)

@@ -41,7 +41,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from ..core import devices
-from ..core.stablehlo import RunCounts, control_flow_ops, has_control_flow
+from ..core.stablehlo import RunCounts, control_flow_ops, has_control_flow, module_text
 from .digests import KEY_WORDS, _weigh_exchanges, new_key, received_module
 from .rewriting import (LoopCountError, Tag, _const, _Escaper, _i32, _parse, _replace,
                         _set_terminator, _terminator)
@@ -335,7 +335,7 @@ def count_run(exported, args: Sequence, run: Callable | None = None,
     too) on ``args`` once; nothing runs where there is nothing to count. ``run(fn, args)`` runs
     a program (default: ``jax.jit(fn)(*args)``)."""
 
-    text = exported.mlir_module()
+    text = module_text(exported)
     if not has_control_flow(text):  # no loop, no branch: not even a rewrite to make
         return CountedRun([], [])
     module, tags = counting_module(text, branches=branches)
@@ -363,7 +363,7 @@ def device_counts(exported, args: Sequence, mesh_shape: Sequence[int],
 def pinned(exported, trips: Sequence[int], branches: Mapping[int, Sequence[int]] = {}):
     """``exported`` with every loop stopping after its count in ``trips`` and the conditionals
     of ``branches`` running the branches a run took (:meth:`CountedRun.taken`)."""
-    return _with_module(exported, pinned_module(exported.mlir_module(), trips, branches))
+    return _with_module(exported, pinned_module(module_text(exported), trips, branches))
 
 
 # -- what the all_to_alls deliver (the digests: .digests) --------------------------------------
@@ -376,7 +376,7 @@ def received(exported, arg_sets: Sequence[Sequence], mesh_shape: Sequence[int],
     each call unless given), as an array [device (row-major id), exchange]; one compiled
     program runs them all (``run_all(fn, arg_sets)``: its outputs per set; default
     ``jax.jit``), so the sets' digests are comparable with each other."""
-    module, tags = received_module(exported.mlir_module(), key)
+    module, tags = received_module(module_text(exported), key)
     if not tags:
         return [np.zeros((int(np.prod(mesh_shape, dtype=np.int64)), 0), np.int32)
                 for _ in arg_sets]
@@ -394,7 +394,7 @@ def count_and_receive(exported, arg_sets: Sequence[Sequence],
     loops or branches whose exchanges are also measured on perturbed inputs compiles one
     instrumented copy, not two. ``run_all(fn, arg_sets)``: the outputs per set (default
     ``jax.jit``, compiled once)."""
-    module, tags = counting_module(exported.mlir_module(), branches=True, received=True,
+    module, tags = counting_module(module_text(exported), branches=True, received=True,
                                    key=key)
     if not tags:
         return [CountedRun([], []) for _ in arg_sets]

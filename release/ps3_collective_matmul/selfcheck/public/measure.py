@@ -24,6 +24,7 @@ from ..core import devices
 from ..core.calls import Call
 from ..core.errors import describe_error
 from ..core.results import MEASURED_NEED_STRUCTURE, CheckResult, failed, passed, ratio_text
+from ..core.stablehlo import module_text
 
 MIB = 1 << 20
 
@@ -183,7 +184,7 @@ def speed_models(problem, fn, mesh, args, *, chip: str, baseline=None) -> tuple:
 
     geo_mesh = mesh if problem.uses_mesh else None
     exported, dynamic = export_for_reading(Call.of(problem, fn, mesh), args)
-    got = refusal(exported.mlir_module(),
+    got = refusal(module_text(exported),
                   tuple(int(mesh.shape[a]) for a in ("X", "Y")) if geo_mesh else None)
     if got is not None:  # as the grader: never priced by a guess
         raise Unpriced(str(got).rstrip("."))

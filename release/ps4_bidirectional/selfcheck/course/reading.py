@@ -25,7 +25,8 @@ from ..core.calls import Call, CallShape
 from ..core.optable import refusal
 from ..core.program import Program
 from ..core.results import CheckResult
-from ..core.stablehlo import ProgramUnreadable, has_control_flow, program_from_exported
+from ..core.stablehlo import (ProgramUnreadable, has_control_flow, module_text,
+                              program_from_exported)
 
 if TYPE_CHECKING:
     from ..core.compiling import Run
@@ -137,7 +138,7 @@ def read_paths(exported, mesh, compiled_text: str, dynamic, inputs: tuple,
 
     shape = None if mesh is None else tuple(int(s) for s in mesh.devices.shape)
     names = ("X",) if mesh is None else tuple(str(a) for a in mesh.axis_names)
-    refused = refusal(exported.mlir_module(), shape, names)
+    refused = refusal(module_text(exported), shape, names)
     if refused is not None:
         return Paths(error=str(refused), refused=str(refused))
 
@@ -171,7 +172,7 @@ def _read(exported, dynamic, shape, names, run, count, read) -> Paths:
     """The program's paths (see :func:`read_paths`)."""
     from ..tpumodel.loops import device_counts
 
-    if not has_control_flow(exported.mlir_module()):
+    if not has_control_flow(module_text(exported)):
         return Paths([((), read())])
     per_device = (device_counts(exported, dynamic, shape or (1,), names, run=run)
                   if count is None else count(shape or (1,), names))
