@@ -15,7 +15,6 @@ from ..core.compiling import (
     MODEL_CPU_COMPILE,
     SPEED_CPU_COMPILE,
     on_cpu,
-    runner,
 )
 from ..core.problem import Case
 from ..core.records import ExportRequest
@@ -187,14 +186,35 @@ class Programs:
         check of its result, the structure reading of the measured program and the model's
         pinned loops. ``twin``: ``case`` is the speed case's public twin
         (:meth:`Plan.public_big`), whose run is kept apart."""
+        req = self.request(layout, case)
+
+        def run(fn, dynamic):
+            return self._counting_compiled(req, fn, dynamic)(*dynamic)
+
         def make():
             from ..tpumodel.loops import count_run
 
-            art = self.artifact(layout, case)
-            return count_run(art.exported, dynamic_args(self.plan.problem, args),
-                             run=runner(CompileKind.SPEED.cpu))
+            return count_run(self.loaded(req).exported, dynamic_args(self.plan.problem, args),
+                             run=run)
 
-        return self._once((self.request(layout, case).id, Reading.COUNTED, twin), make)
+        return self._once((req.id, Reading.COUNTED, twin), make)
+
+    def _counting_compiled(self, req: ExportRequest, fn, args):
+        """The counting copy ``fn`` of ``req``'s program compiled for ``args`` (placed, or their
+        shapes), once per program: the public twin's run has the secret case's shapes and
+        shardings, and every counting copy of one program is the same module."""
+        return self._once((req.id, Reading.COUNTED, "compiled"),
+                          lambda: devices.lower(fn, *args).compile(CompileKind.SPEED.options()))
+
+    def compile_counting(self, req: ExportRequest, args) -> None:
+        """Compile the counting copy of a memory or speed case's program ahead (``args``: its
+        shapes, :func:`~autograder.judge.placement.shaped_args`), where it has something to
+        count: its one instrumented run (:meth:`counted_run`) then only runs."""
+        from ..tpumodel.loops import counting_program
+
+        made = counting_program(self.loaded(req).exported)
+        if made is not None:
+            self._counting_compiled(req, made[0].call, dynamic_args(self.plan.problem, args))
 
     def measured_counts(self, layout, case: Case, mesh, args, *, twin: bool = False) -> list:
         """Per device of the speed case's mesh (row-major ids), what the one instrumented run of
