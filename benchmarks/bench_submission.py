@@ -100,8 +100,11 @@ def warm_big_cases(cache: Path, seed: int, *, with_speed: bool) -> int:
 
 
 def _kept(cache: Path) -> int:
-    """How many big cases the class-wide store holds."""
-    return len(list((cache / "bigcases").glob("*.npz")))
+    """How many big cases the class-wide store holds (one directory each; a hidden one is
+    being written)."""
+    store = cache / "bigcases"
+    return sum(1 for p in store.iterdir()
+               if p.is_dir() and not p.name.startswith(".")) if store.is_dir() else 0
 
 
 def _records(trace: Path, start: int) -> list[dict]:

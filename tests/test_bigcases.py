@@ -3,9 +3,12 @@ answers, once (autograder/judge/bigcases.py).
 
 What must hold: a kept case is exactly the case the plan would draw, read back only for the same
 grader, NumPy, problem, seed, size and layout, and only if its arrays are the shapes the plan
-asked for; a file that cannot be read is a miss, never an error; the checks compare with the
-kept answer; a fresh secret seed keeps nothing.
+asked for; a case that cannot be read (a file damaged or missing) is a miss, never an error;
+a reader never sees half a case, and two writers of one case leave one; the checks compare with
+the kept answer; a fresh secret seed keeps nothing.
 """
+import os
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +30,13 @@ def _plan(name: str, seed: int, store):
     return plan
 
 
+def _cases(root: Path) -> list[Path]:
+    """The cases kept under ``root`` (one directory each), and nothing else there."""
+    kept = sorted(root.iterdir())
+    assert all(p.is_dir() and not p.name.startswith(".") for p in kept), kept
+    return kept
+
+
 def _same_case(one, two) -> bool:
     return len(one.args) == len(two.args) and all(
         (isinstance(a, np.ndarray) and a.dtype == b.dtype and np.array_equal(a, b))
@@ -40,7 +50,7 @@ def test_a_kept_case_is_the_drawn_case_with_its_answer(tmp_path, name):
     size = "speed"
     alone = _plan(name, 31, None).big_case(size)
     first = _plan(name, 31, store).big_case(size)
-    assert not first.from_store and len(list(tmp_path.glob("*.npz"))) == 1
+    assert not first.from_store and len(_cases(tmp_path)) == 1
     answer = first.expected
     again = _plan(name, 31, store).big_case(size)
     assert again.from_store
@@ -72,38 +82,96 @@ def test_a_kept_case_of_other_shapes_is_not_used(tmp_path):
     assert not plan.big_case("speed").from_store
 
 
-@pytest.mark.parametrize("damage", ["truncated", "empty", "not a zip"])
-def test_an_unreadable_file_is_a_miss(tmp_path, damage):
+@pytest.mark.parametrize("name, damage", [
+    ("arg0.npy", "truncated"), ("expected.npy", "truncated"), ("arg0.npy", "empty"),
+    ("arg0.npy", "not an array"), ("arg0.npy", "missing"), ("meta.json", "truncated"),
+    ("meta.json", "not json"), ("meta.json", "another shape"), ("meta.json", "missing")])
+def test_an_unreadable_case_is_a_miss(tmp_path, name, damage):
     store = BigCaseStore(tmp_path)
     plan = _plan("roll_diff", 9, store)
     plan.big_case("speed")  # drawn, answered and kept
-    (path,) = tmp_path.glob("*.npz")
+    (case,) = _cases(tmp_path)
+    path = case / name
     data = path.read_bytes()
-    path.write_bytes({"truncated": data[: len(data) // 2], "empty": b"",
-                      "not a zip": b"x" * 100}[damage])
+    if damage == "missing":
+        path.unlink()
+    else:
+        path.write_bytes({"truncated": data[: len(data) // 2], "empty": b"",
+                          "not an array": b"x" * 100, "not json": b"{not json",
+                          "another shape": b'{"n_args": "1", "statics": [], "label": "x"}'}[damage])
     again = _plan("roll_diff", 9, store).big_case("speed")
     assert not again.from_store
     np.testing.assert_array_equal(again.expected, plan.big_case("speed").expected)
+    # drawn again, the case is kept again over the damaged one: read back next time
+    assert _plan("roll_diff", 9, store).big_case("speed").from_store
+    assert len(_cases(tmp_path)) == 1
+
+
+def test_two_writers_of_one_case_at_once_leave_one_readable_case(tmp_path):
+    store = BigCaseStore(tmp_path)
+    plan = _plan("moe_topk", 4, store)
+    big = plan.big("speed")[1]
+    expected = np.asarray(plan.problem.reference(big.args, *plan.problem.speed_layout))
+    key = store.key("moe_topk", 4, "speed", plan.problem.speed_layout)
+    start = threading.Barrier(4)
+
+    def write():
+        start.wait(timeout=30)
+        for _ in range(3):
+            store.put(key, big, expected)
+
+    writers = [threading.Thread(target=write) for _ in range(4)]
+    for t in writers:
+        t.start()
+    for t in writers:
+        t.join()
+    (case,) = _cases(tmp_path)  # and no temporary directory left beside it
+    assert case.name == key
+    kept = store.get(key, plan.big_request("speed"))
+    assert kept is not None and _same_case(kept[0], big)
+    np.testing.assert_array_equal(kept[1], expected)
+
+
+def test_a_case_being_written_is_neither_read_nor_pruned(tmp_path):
+    """A writer's temporary directory is skipped by the store until its writer is long gone
+    (a dead writer's is pruned); an earlier grader's ``.npz`` files are counted and pruned,
+    never read."""
+    store = BigCaseStore(tmp_path, cap_bytes=0)
+    plan = _plan("roll_diff", 9, store)
+    key = store.key("roll_diff", 9, "speed", plan.problem.speed_layout)
+    writing = tmp_path / f".{key}.1.2.tmp"
+    writing.mkdir()
+    (writing / "arg0.npy").write_bytes(b"x" * 100)
+    dead = tmp_path / f".{key}.3.4.tmp"
+    dead.mkdir()
+    os.utime(dead, (1000, 1000))
+    earlier = tmp_path / f"{key}.npz"
+    earlier.write_bytes(b"x" * 100)
+    assert store.get(key, plan.big_request("speed")) is None
+    store.prune()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [writing.name]
 
 
 def test_the_store_keeps_within_its_cap_dropping_the_least_recently_read(tmp_path):
-    import os
-
     store = BigCaseStore(tmp_path)
     plans = [_plan("roll_diff", seed, store) for seed in (1, 2, 3)]
     for i, plan in enumerate(plans):
         plan.big_case("speed")  # drawn, answered and kept
-        (newest,) = [p for p in tmp_path.glob("*.npz")
-                     if p.name.startswith(store.key("roll_diff", plan.seed, "speed",
-                                                    plan.problem.speed_layout))]
+        newest = tmp_path / store.key("roll_diff", plan.seed, "speed",
+                                      plan.problem.speed_layout)
         os.utime(newest, (1000 + i, 1000 + i))
+    # an earlier grader's case (one .npz file), never read by this one: it goes first
+    earlier = tmp_path / f"{'0' * 32}.npz"
+    earlier.write_bytes(b"x" * 1000)
+    os.utime(earlier, (500, 500))
     assert _plan("roll_diff", 1, store).big_case("speed").from_store  # read now: newest
-    size = max(p.stat().st_size for p in tmp_path.glob("*.npz"))
+    size = max(sum(f.stat().st_size for f in p.iterdir()) for p in tmp_path.iterdir()
+               if p.is_dir())
     store.cap_bytes = 2 * size
     store.prune()
-    kept = {p.stem for p in tmp_path.glob("*.npz")}
     layout = plans[0].problem.speed_layout
-    assert kept == {store.key("roll_diff", s, "speed", layout) for s in (1, 3)}
+    assert {p.name for p in tmp_path.iterdir()} == {
+        store.key("roll_diff", s, "speed", layout) for s in (1, 3)}
 
 
 def test_a_fresh_seed_keeps_nothing(tmp_path):
@@ -119,7 +187,7 @@ def test_grading_reads_the_kept_cases_and_compares_with_the_kept_answers(tmp_pat
     store = BigCaseStore(tmp_path)
     first = grade_function(problem, fn, plan=_plan("moe_local", 17, store))
     assert all(c.passed for c in first.checks), [c.message for c in first.checks]
-    assert len(list(tmp_path.glob("*.npz"))) == 2  # memory and speed
+    assert len(_cases(tmp_path)) == 2  # memory and speed
 
     def no_draw(self, size):
         raise AssertionError("a kept big case was drawn again")
@@ -156,9 +224,9 @@ def test_a_shared_seed_keeps_its_big_cases_and_a_fresh_seed_none(tmp_path, seed)
     checks = res.functions["moe_local"].checks
     assert [c.name for c in checks if c.passed] == [c.name for c in checks], checks
     assert {"memory", "speed"} <= {c.name for c in checks}
-    kept = list(cache.rglob("bigcases/*.npz"))
+    kept = [case for store in cache.rglob("bigcases") for case in _cases(store)]
     assert len(kept) == (2 if seed is not None else 0)
-    assert all(p.stat().st_size > 1 << 20 for p in kept)
+    assert all(sum(f.stat().st_size for f in p.iterdir()) > 1 << 20 for p in kept)
 
 
 def test_the_answer_is_computed_outside_the_submissions_time_limit(monkeypatch):

@@ -1,5 +1,6 @@
-"""Files written whole (autograder/core/files.py): the cache's verdicts, big cases and model
-modules, and grade-all's reports and CSV are read by other graders and later runs."""
+"""Files written whole (autograder/core/files.py): the cache's verdicts and model modules, and
+grade-all's reports and CSV are read by other graders and later runs (the big cases, one
+directory each, are renamed into place whole by autograder/judge/bigcases.py)."""
 import threading
 
 import pytest
