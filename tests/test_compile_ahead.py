@@ -11,6 +11,7 @@ import pytest
 
 from autograder.course import registry
 from autograder.judge import grading
+from autograder.judge.programs import Reading
 from autograder.supervisor.local import grade_function
 from autograder.worker.local import LocalExporter
 from tools_helpers import reference_answer
@@ -99,6 +100,32 @@ def test_the_memory_and_speed_programs_compile_once_in_the_pool(monkeypatch):
     assert sorted(big) == [("memory", False), ("model", False)], made
     numerics = [on_main for what, on_main in made if what is kinds.NUMERICS]
     assert numerics and not any(numerics), "a numerics program compiled on the main thread"
+
+
+def test_the_counting_copies_compile_once_each_in_the_pool(monkeypatch):
+    """A program with loops runs its memory and speed cases once, instrumented: each case's
+    counting copy compiles once, on a pool thread beside the numerics runs, and the speed
+    case's public twin (the same shapes) runs the same executable."""
+    problem, fn = reference_answer("moe_all_to_all")
+    made: list = []
+    once = grading.Programs._once
+
+    def recording(self, key, make):
+        def tracked():
+            made.append((key, threading.current_thread() is threading.main_thread()))
+            return make()
+        return once(self, key, tracked)
+
+    monkeypatch.setattr(grading.Programs, "_once", recording)
+    res = grade_function(problem, fn, seed=5)
+    assert all(c.passed for c in res.checks), [c.message for c in res.checks]
+    counting = [(key[0], on_main) for key, on_main in made if key[2:] == ("compiled",)]
+    kinds = grading.CompileKind
+    big = {key[0] for key, _ in made if key[1:] in ((kinds.MEMORY,), (kinds.MODEL,))}
+    assert len(big) == 2, made
+    assert sorted(counting) == sorted((rid, False) for rid in big), made
+    twins = [key for key, _ in made if key[1:] == (Reading.COUNTED, True)]
+    assert twins, "the speed case's public twin was not counted: this test proves nothing"
 
 
 def test_a_second_plan_on_the_same_seed_reuses_the_requests_without_drawing(monkeypatch):
