@@ -77,26 +77,130 @@ def secret_difference(got: np.ndarray, want: np.ndarray, rtol: float,
     return "values differ from the NumPy reference beyond the tolerance"
 
 
-#: elements compared at once by :func:`_close` (its float64 temporaries stay in cache)
+#: elements compared at once by :func:`_close` (its float64 temporaries stay in cache; so do the
+#: float32 ones of the first pass, whose whole-output copies a judge's memory bound would feel)
 CHUNK = 1 << 16
+
+#: outputs of at least this many float32 values take :func:`_close`'s float32 first pass
+FAST_MIN = 1 << 16
+
+#: the float32 pass's relative margin on the tolerance (see :func:`_close_f32`)
+_MARGIN = 2.0 ** -20
+#: below this, a float32 tolerance is not trusted (its rounding is absolute, not relative, there)
+_FLOOR = np.float32(2.0 ** -100)
+#: a denormal float32: subtracting zero leaves it unless the FPU flushes denormals to zero
+_DENORMAL = np.array([2.0 ** -149], np.float32)
 
 
 def _close(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> bool:
-    """Whether :func:`compare_values` finds nothing wrong (same shapes assumed), decided a chunk
-    at a time: a big output's float64 copies are never made whole, which on freshly allocated
-    arrays of millions of values costs far more than the arithmetic. Same rule, same result."""
+    """Whether :func:`compare_values` finds nothing wrong (same shapes assumed): every ``got``
+    finite and ``|got - want| <= atol * scale + rtol * |want|`` in float64, with ``scale =
+    max(1, max |want|)``; a NaN in ``want`` fails. Decided a chunk at a time (a big output's
+    float64 copies are never made whole, which on freshly allocated arrays of millions of values
+    costs far more than the arithmetic); big float32 outputs first in float32, with a margin
+    (:func:`_close_f32`). Same rule, same result, whichever way."""
     g, w = got.reshape(-1), want.reshape(-1)
+    if (g.dtype == np.float32 and w.dtype == np.float32 and g.size >= FAST_MIN
+            and all(isinstance(x, (int, float)) for x in (rtol, atol))):
+        return _close_f32(g, w, rtol, atol)
+    return _close_exact(g, w, rtol, atol)
+
+
+def _close_exact(g: np.ndarray, w: np.ndarray, rtol: float, atol: float) -> bool:
+    """:func:`_close`'s rule in float64, on flat arrays."""
     scale = 1.0
     for i in range(0, w.size, CHUNK):
         m = float(np.max(np.abs(w[i:i + CHUNK].astype(np.float64))))
         if m != m:  # a NaN in the reference: the whole comparison decides (it fails)
             return False
         scale = max(scale, m)
+    return _within(g, w, scale, rtol, atol)
+
+
+def _within(g: np.ndarray, w: np.ndarray, scale: float, rtol: float, atol: float) -> bool:
+    """Every ``g`` finite and within ``atol * scale + rtol * |w|`` of ``w``, in float64."""
     for i in range(0, g.size, CHUNK):
         gi = g[i:i + CHUNK].astype(np.float64)
         wi = w[i:i + CHUNK].astype(np.float64)
         if not (np.all(np.isfinite(gi)) and np.all(np.abs(gi - wi) <= atol * scale
                                                      + rtol * np.abs(wi))):
+            return False
+    return True
+
+
+def _f32_at_most(x: float) -> np.float32:
+    """A float32 no greater than ``x`` (a float64 >= 0, at most float32's largest), within one
+    float32 step of it."""
+    v = np.float32(x)
+    return np.nextafter(v, np.float32(0)) if float(v) > x else v
+
+
+def _close_f32(g: np.ndarray, w: np.ndarray, rtol: float, atol: float) -> bool:
+    """:func:`_close` for flat float32 arrays: a chunk whose every value is certainly within the
+    tolerance, decided in float32, passes; any other chunk is decided by :func:`_within` (the
+    float64 rule), so the result is the rule's. About ten times faster on outputs that pass.
+
+    Why a float32 pass means the float64 rule passes. Write A = atol, R = rtol (float64, >= 0),
+    S = scale, W and G the float32 values (exact reals), D = |G - W| and T = A*S + R*|W| (exact
+    reals), u = 2**-53, e = 2**-24, and m = 2**-21. The rule computes D64 = fl64(|G - W|) and
+    T64 = fl64(fl64(A*S) + fl64(R*|W|)); the pass computes, in float32,
+    d = fl32(|G - W|) and t = fl32(a + fl32(r*|W|)), with a <= (1 - m)*A*S and r <= (1 - m)*R
+    (below), and accepts a value when d <= t and (t >= F = 2**-100 or d == 0).
+
+    * d == 0: then G == W (a nonzero difference of float32 values is at least 2**-149, and
+      float32 has denormals, checked below), so D64 = 0 <= T64 (A, R >= 0, S finite).
+    * Else: a difference of float32 values is a multiple of 2**-149, exact when it is
+      denormal, so d = D*(1 + x) with |x| <= e, and D64 <= D*(1 + u) (float64 never underflows
+      here): D64 <= d*(1 + u)/(1 - e). Rounding to nearest in float32 gives fl32(r*|W|) <=
+      r*|W|*(1 + e) + 2**-150 (2**-150: a denormal product's absolute error) and the sum of two
+      floats >= 0 at most (1 + e) times the exact sum (exact when denormal); no overflow (a <=
+      2**126 and r <= 1/2 below keep t < 2**127 * 3/2). So t <= (1 - m)*T*(1 + e)**2 +
+      2**-149, and t >= F makes 2**-149 <= 2**-49 * t: t <= (1 - m)*(1 + e)**2 * T / (1 -
+      2**-49). Hence D64 <= T * (1 - m)*(1 + e)**2*(1 + u) / ((1 - e)*(1 - 2**-49)) <
+      T * (1 - 5*e + 2**-40) < T * (1 - 2**-22). On the other side each of T64's three
+      roundings to nearest loses at most a factor (1 - u) or an absolute 2**-1075, and T >= t/2 >=
+      2**-101, so T64 >= T*(1 - u)**2 - 3*2**-1075 > T*(1 - 2**-51) > D64.
+    * d finite (it is <= t) with W finite makes G finite; a NaN or inf in got, or an overflow
+      of G - W to inf, is never accepted, so falls to the float64 rule.
+
+    a and r: a float32 at most fl64(fl64(A*S)*(1 - 2**-20)), resp. fl64(R*(1 - 2**-20)),
+    which is at most (1 - 2**-20)*(1 + u)**2 times A*S (resp. R), so under (1 - m) times it;
+    when a > 0 it is >= 2**-149, so A*S is far above float64's denormals and those roundings are
+    relative. Lowering a or r only makes the pass stricter, so both are capped (2**126, 1/2) to
+    keep t finite. When a >= F, t >= a >= F always (rounding is monotone), so only tolerances
+    under F need the test of t. The whole argument needs float32 denormals (gradual
+    underflow): where the FPU flushes them to zero (a library built with -ffast-math can set
+    that), the float64 rule decides alone.
+    """
+    hi, lo = w.max(), w.min()
+    if hi != hi or lo != lo:  # a NaN in the reference (max and min propagate it): fails
+        return False
+    scale = max(1.0, float(hi), -float(lo))  # max |w|, exact: as the float64 rule finds it
+    try:
+        A, R = float(atol), float(rtol)
+    except OverflowError:
+        A = R = -1.0
+    if not (np.isfinite(scale) and 0.0 <= A < np.inf and 0.0 <= R < np.inf
+            and np.subtract(_DENORMAL, np.float32(0))[0] != 0):
+        return _within(g, w, scale, rtol, atol)
+    a = _f32_at_most(min(A * scale * (1.0 - _MARGIN), 2.0 ** 126))
+    r = _f32_at_most(min(R * (1.0 - _MARGIN), 0.5))
+    d = np.empty(min(CHUNK, g.size), np.float32)
+    t = np.empty_like(d)
+    ok = np.empty(d.size, bool)
+    for i in range(0, g.size, CHUNK):
+        gi, wi = g[i:i + CHUNK], w[i:i + CHUNK]
+        n = gi.size
+        di, ti, oki = d[:n], t[:n], ok[:n]
+        np.subtract(gi, wi, out=di)
+        np.abs(di, out=di)
+        np.abs(wi, out=ti)
+        np.multiply(ti, r, out=ti)
+        np.add(ti, a, out=ti)
+        np.less_equal(di, ti, out=oki)
+        if a < _FLOOR:  # a tolerance that small: t < F is no proof unless d == 0
+            oki &= (ti >= _FLOOR) | (di == 0)
+        if not oki.all() and not _within(gi, wi, scale, rtol, atol):
             return False
     return True
 
