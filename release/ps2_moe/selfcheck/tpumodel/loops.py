@@ -53,7 +53,7 @@ except Exception:  # noqa: BLE001  # reported when a module is parsed (rewriting
     pass
 
 __all__ = ["CASE_MARK", "KEY_WORDS", "MARK", "CountedRun", "LoopCountError", "Tag",
-           "count_and_receive", "count_run", "counting_module", "device_counts", "new_key",
+           "count_and_receive", "count_run", "counting_module", "counting_program", "device_counts", "new_key",
            "pinned", "pinned_module", "received", "received_module", "trip_counts"]
 
 #: the discardable attributes that number the loops and the conditionals of a module while it
@@ -329,22 +329,31 @@ def _positions(tag: Tag, v: np.ndarray, shape: tuple, axis_names: Sequence[str],
     return np.ravel_multi_index([coords[names.index(a)] for a in tag.manual], sizes)
 
 
+def counting_program(exported, branches: bool = True):
+    """``(counting copy, tags)`` of ``exported``: the program that also returns, per tag, what
+    its loops (and with ``branches``, its conditionals) counted; None where there is nothing to
+    count (no loop, no branch: not even a rewrite to make)."""
+    text = module_text(exported)
+    if not has_control_flow(text):
+        return None
+    module, tags = counting_module(text, branches=branches)
+    if not tags:
+        return None
+    shapes = _result_shapes(module)[-len(tags):]
+    return _with_module(exported, module, [(s, np.int32) for s in shapes]), list(tags)
+
+
 def count_run(exported, args: Sequence, run: Callable | None = None,
               branches: bool = True) -> CountedRun:
     """Run the counting program of ``exported`` (with ``branches``, its conditionals counted
-    too) on ``args`` once; nothing runs where there is nothing to count. ``run(fn, args)`` runs
-    a program (default: ``jax.jit(fn)(*args)``)."""
-
-    text = module_text(exported)
-    if not has_control_flow(text):  # no loop, no branch: not even a rewrite to make
+    too; :func:`counting_program`) on ``args`` once; nothing runs where there is nothing to
+    count. ``run(fn, args)`` runs a program (default: ``jax.jit(fn)(*args)``)."""
+    made = counting_program(exported, branches)
+    if made is None:
         return CountedRun([], [])
-    module, tags = counting_module(text, branches=branches)
-    if not tags:
-        return CountedRun([], [])
-    shapes = _result_shapes(module)[-len(tags):]
-    counting = _with_module(exported, module, [(s, np.int32) for s in shapes])
+    counting, tags = made
     outs = (run or (lambda f, a: devices.jit(f)(*a)))(counting.call, args)
-    return CountedRun(list(tags), [np.asarray(v).reshape(-1) for v in outs[1:]], outs[0])
+    return CountedRun(tags, [np.asarray(v).reshape(-1) for v in outs[1:]], outs[0])
 
 
 def trip_counts(exported, args: Sequence, run: Callable | None = None) -> tuple[int, ...]:
