@@ -31,15 +31,19 @@ def grade_path(submission: Path, assignment: str | None = None, *, quick: bool =
                only=None, folder: bool = False, timed_speed: bool = False) -> SubmissionResult:
     """Grade one submission: student code in the sandbox, verdicts in a trusted process (see
     :mod:`autograder.supervisor`). ``folder``: the file's folder is the student's own, and its
-    other files (helpers, the ``selfcheck`` package) go into the sandbox with it."""
+    other files (helpers, the ``selfcheck`` package) go into the sandbox with it.
+    ``cache_dir``: the trusted side's class-wide cache (default: the one ``grade-all`` and
+    nbgrader's path use, :func:`~autograder.supervisor.options.default_cache_dir`): the jit
+    baselines' modules, and with a ``seed`` the class's big cases and verdicts."""
     from ..supervisor import supervise as sandbox
 
     lim = limits or sandbox.Limits()
     if timeout:
         lim.per_submission_s = timeout
+    cache = {} if cache_dir is None else {"cache_dir": cache_dir}
     opts = sandbox.Options(assignment=assignment, quick=quick, seed=seed, with_speed=with_speed,
-                           cache_dir=cache_dir, limits=lim, isolation=isolation, only=only,
-                           folder=folder, timed_speed=timed_speed)
+                           limits=lim, isolation=isolation, only=only, folder=folder,
+                           timed_speed=timed_speed, **cache)
     return sandbox.grade_submission(Path(submission), opts, log=log)
 
 
