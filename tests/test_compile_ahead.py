@@ -201,9 +201,43 @@ def test_a_reused_verdict_compiles_no_memory_or_speed_program(tmp_path, monkeypa
     again = grade_function(problem, fn, seed=8, store=store)
     assert again.reused and [c.to_dict() for c in again.checks] == [
         c.to_dict() for c in first.checks]
-    assert not started and not made, made  # nothing compiled: not even the numerics
+    compiled = [k for k in made if isinstance(k, grading.CompileKind)]
+    assert not started and not compiled, made  # nothing compiled: not even the numerics
     grade_function(problem, fn, seed=9, store=store)  # another seed: graded, so started
     assert started and grading.CompileKind.MEMORY in made and grading.CompileKind.MODEL in made
+
+
+def test_where_verdicts_are_kept_a_new_program_compiles_as_it_arrives(tmp_path, monkeypatch):
+    """With a verdict store, a program no kept verdict was judged on starts compiling as soon
+    as it arrives, beside the worker exporting the others (its function's verdict cannot be
+    a kept one); a classmate's clone, every program seen, compiles nothing."""
+    from autograder.judge.reuse import VerdictStore
+
+    problem, fn = reference_answer("moe_local")
+    store = VerdictStore(tmp_path / "verdicts")
+    exporting: list = []
+    started: list = []
+
+    class Watched:
+        def __init__(self):
+            self.inner = LocalExporter.of(problem.name, fn)
+
+        def export(self, requests, timeout, on_reply=None):
+            exporting.append(True)
+            try:
+                return self.inner.export(requests, timeout, on_reply=on_reply)
+            finally:
+                exporting.clear()
+
+    start = grading.CompilePool._start
+    monkeypatch.setattr(grading.CompilePool, "_start",
+                        lambda self, rid: started.append(bool(exporting)) or start(self, rid))
+    first = grading.grade_function(problem, Watched(), seed=8, store=store)
+    assert all(c.passed for c in first.checks) and not first.reused
+    assert started and started[0], "the first program waited for the lookup"
+    started.clear()
+    again = grading.grade_function(problem, Watched(), seed=8, store=store)
+    assert again.reused and not started, started
 
 
 @pytest.mark.parametrize("area,fixture,function,measured", [

@@ -119,6 +119,12 @@ def test_store_round_trip_and_absent_keys(tmp_path):
     assert store.get("ab" * 32, "here") is None
     store.put("ab" * 32, [{"name": "numerics", "passed": True, "message": "ok"}], "here")
     assert store.get("ab" * 32, "here") == [{"name": "numerics", "passed": True, "message": "ok"}]
+    # the programs a kept verdict was judged on are marked seen, and only they
+    assert not store.seen("12" * 32)
+    store.put("cd" * 32, [{"name": "numerics", "passed": True, "message": "ok"}], "here",
+              ["12" * 32])
+    assert store.seen("12" * 32) and not store.seen("34" * 32)
+    assert not VerdictStore(None).seen("12" * 32)
     assert VerdictStore(None).get("ab" * 32, "here") is None
 
 

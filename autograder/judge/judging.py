@@ -2,6 +2,7 @@
 (numerics, sharding, structure, memory, speed), each failure a failed check with a message."""
 from __future__ import annotations
 
+import functools
 from typing import Callable, Optional
 
 from ..core.problem import Problem
@@ -54,19 +55,22 @@ def grade_function(problem: Problem, source, *, seed: int | None = None, quick: 
     plan = plan or plan_for(problem, seed=seed, quick=quick, with_speed=with_speed)
     requests = plan.all_requests()
     programs = Programs(plan, ownership=ownership)
+    # where a verdict may be reused, a program's compile waits for the lookup only while every
+    # program arrived was one a kept verdict was judged on (a classmate's clone compiles
+    # nothing; a new program compiles from its arrival, beside the worker exporting the rest)
+    hold = None if store is None else functools.partial(
+        programs.seen_in, store, with_speed=with_speed, timed=timed)
     pool = CompilePool(programs, speed_ahead=speed_ahead_kind(modeler)
-                       if with_speed and problem.baseline is not None else None)
+                       if with_speed and problem.baseline is not None else None, hold=hold)
     with pool.compiling(overlap):
-        # Programs compile as they arrive, beside the worker exporting the others; where an
-        # identical program's verdict may be reused, not before the lookup (a clone's programs
-        # would be compiled for nothing, the judge's cores taken from its worker)
+        # Programs compile as they arrive, beside the worker exporting the others
         with phase("wait for exports"):
             replies = exporter.export(requests, Limits().export_s
                                       if export_timeout is None else export_timeout,
-                                      on_reply=pool.arrived if store is None else None)
+                                      on_reply=pool.arrived)
         programs.replies.update(replies)
         key = programs.key(with_speed=with_speed, timed=timed) if store is not None else None
-        earlier = store.get(*key) if key else None
+        earlier = store.get(key[0], key[1]) if key else None
         if earlier is not None:
             try:
                 res.checks = [CheckResult.from_dict(c) for c in earlier]
@@ -81,7 +85,7 @@ def grade_function(problem: Problem, source, *, seed: int | None = None, quick: 
     # failure to lower or compile here decided to the judge's handling of it: never handed on.
     if (key and programs.unsettled is None
             and not any("timed out" in c.message for c in res.checks)):
-        store.put(key[0], [c.to_dict() for c in res.checks], key[1])
+        store.put(key[0], [c.to_dict() for c in res.checks], key[1], key[2])
     return res
 
 

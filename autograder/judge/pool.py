@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 from ..core.meshes import make_mesh
 from ..core.problem import Case
@@ -27,9 +27,14 @@ class CompilePool:
     ahead (:attr:`CompileKind.MODEL` where the model reads it, :attr:`CompileKind.PLAIN`
     where it is timed), None: not ahead (no speed check, or it must compile alone)."""
 
-    def __init__(self, programs: Programs, *, speed_ahead: Optional[CompileKind] = None):
+    def __init__(self, programs: Programs, *, speed_ahead: Optional[CompileKind] = None,
+                 hold: Optional[Callable] = None):
         self.programs = programs
         self.speed_ahead = speed_ahead
+        #: ``hold(reply)``: whether an arrived program waits for the verdict's lookup (it may
+        #: be a program graded before); the first that need not wait starts every compile
+        self._hold = hold
+        self._held: list = []
         self._pool = None
         self._cancelled = False
         self._numerics: Optional[dict] = None  # request id -> (layout, case) to compile
@@ -152,10 +157,22 @@ class CompilePool:
                 job.result()
 
     def arrived(self, reply) -> None:
-        """An export reply is here: start compiling its numerics program."""
+        """An export reply is here: start compiling its numerics program, unless ``hold`` says
+        it may wait for a verdict kept for it (then it waits until a program arrives that no
+        kept verdict was judged on, and the function's verdict is new, or until
+        :meth:`start_all`)."""
         self.programs.replies[reply.id] = reply
-        if reply.error is None:
-            self._start(reply.id)
+        if reply.error is not None:
+            return
+        if self._hold is not None:
+            if self._hold(reply):
+                self._held.append(reply.id)
+                return
+            self._hold = None  # a program no kept verdict holds: this function's is new
+            for rid in self._held:
+                self._start(rid)
+            self._held = []
+        self._start(reply.id)
 
     def start_all(self) -> None:
         """Start compiling every numerics program not started yet (in the pool, if open)."""

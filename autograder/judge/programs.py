@@ -22,7 +22,7 @@ from .artifacts import Artifact, ArtifactError, load_artifact
 from .ownership import Ownership
 from .placement import dynamic_args
 from .planning import Plan
-from .reuse import artifact_digest, function_key, located_digest
+from .reuse import VerdictStore, artifact_digest, function_key, located_digest, program_key
 from .timing import phase
 
 
@@ -117,20 +117,48 @@ class Programs:
             raise got
         return got
 
-    def key(self, *, with_speed: bool, timed: bool = False) -> Optional[tuple[str, str]]:
-        """``(key, located digest)`` of this function's verdict (:mod:`autograder.judge.reuse`);
-        None unless every program arrived intact."""
+    def digest(self, req: ExportRequest) -> str:
+        """The digest of ``req``'s artifact (:func:`~autograder.judge.reuse.artifact_digest`),
+        made once; its :class:`ArtifactError` raised each time."""
+        return self._once((req.id, "digest"), lambda: artifact_digest(self.loaded(req)))
+
+    @staticmethod
+    def key_options(*, with_speed: bool, timed: bool = False) -> dict:
+        """What a verdict's key holds of the grading's options."""
+        return {"speed": with_speed, **({"timed": True} if timed else {})}
+
+    def key(self, *, with_speed: bool, timed: bool = False
+            ) -> Optional[tuple[str, str, list[str]]]:
+        """``(key, located digest, program keys)`` of this function's verdict
+        (:mod:`autograder.judge.reuse`); None unless every program arrived intact."""
         digests, artifacts = [], []
         with phase("program digests"):
             for req in self.plan.all_requests():
                 try:
                     artifacts.append(self.loaded(req))
-                    digests.append((req, artifact_digest(artifacts[-1])))
+                    digests.append((req, self.digest(req)))
                 except Exception:  # noqa: BLE001 - an export error, a broken artifact
                     return None
-        options = {"speed": with_speed, **({"timed": True} if timed else {})}
+        options = self.key_options(with_speed=with_speed, timed=timed)
         return (function_key(self.plan, digests, options=options),
-                located_digest(artifacts))
+                located_digest(artifacts),
+                [program_key(self.plan, req, d, options) for req, d in digests])
+
+    def seen_in(self, store: VerdictStore, reply, *, with_speed: bool,
+                timed: bool = False) -> bool:
+        """Whether the program of ``reply`` (arrived) is one a verdict kept in ``store`` was
+        judged on (:meth:`VerdictStore.seen`); False where it cannot be read (no lookup will
+        be made for its function)."""
+        req = next((r for r in self.plan.all_requests() if r.id == reply.id), None)
+        if req is None or reply.error is not None:
+            return False
+        with phase("program digests"):
+            try:
+                digest = self.digest(req)
+            except Exception:  # noqa: BLE001 - a broken artifact: its function is not looked up
+                return False
+        return store.seen(program_key(self.plan, req, digest,
+                                      self.key_options(with_speed=with_speed, timed=timed)))
 
     # -- the cache -------------------------------------------------------------------------
     def _once(self, key: tuple, make: Callable[[], Any]):

@@ -41,7 +41,7 @@ import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 from ..core.files import replaced
 
@@ -124,11 +124,23 @@ def function_key(plan, digests: list[tuple], options: Optional[dict] = None) -> 
     """The key of a function's verdict: ``digests`` is ``[(request, digest)]`` for every
     request of ``plan`` (an :class:`~autograder.judge.planning.Plan`); ``options``: anything else
     the verdict depends on (whether speed is checked)."""
+    return _key("function", plan, digests, options)
+
+
+def program_key(plan, request, digest: str, options: Optional[dict] = None) -> str:
+    """The key of one program of a function (``request``'s, whose artifact has ``digest``) as
+    a kept verdict records it (:meth:`VerdictStore.seen`): a program never seen in a kept
+    verdict makes its function's key new, so its compiles need not wait for the lookup."""
+    return _key("program", plan, [(request, digest)], options)
+
+
+def _key(kind: str, plan, digests: list[tuple], options: Optional[dict]) -> str:
     import jax
 
     from ..core.identity import GRADER_VERSION, assignment_hash
 
     body = {
+        "kind": kind,
         "grader": [GRADER_VERSION, assignment_hash(plan.problem.assignment)],
         "jax": jax.__version__, "problem": plan.problem.name,
         "seed": plan.seed, "quick": plan.quick, "big": plan.with_big, "platform": plan.platform,
@@ -166,9 +178,23 @@ class VerdictStore:
             return None
         return checks
 
-    def put(self, key: str, checks: list[dict], located: str) -> None:
+    def put(self, key: str, checks: list[dict], located: str,
+            programs: Sequence[str] = ()) -> None:
+        """Keep a verdict, and mark each of its ``programs`` (:func:`program_key`) seen."""
         if self.root is None:
             return
+        for pkey in programs:
+            path = self._seen_path(pkey)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.touch()
         with replaced(self._path(key)) as tmp:
             tmp.write_text(json.dumps({"checks": checks, "located": located}),
                            encoding="utf-8")
+
+    def _seen_path(self, pkey: str) -> Path:
+        return self.root / "programs" / pkey[:2] / pkey
+
+    def seen(self, pkey: str) -> bool:
+        """Whether a kept verdict was judged on the program of key ``pkey``
+        (:func:`program_key`): where not, no kept verdict can be this function's."""
+        return self.root is not None and self._seen_path(pkey).exists()
