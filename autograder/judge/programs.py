@@ -17,6 +17,7 @@ from ..core.compiling import (
     on_cpu,
 )
 from ..core.problem import Case
+from ..core.stablehlo import has_control_flow
 from ..core.records import ExportRequest
 from .artifacts import Artifact, ArtifactError, load_artifact
 from .ownership import Ownership
@@ -38,7 +39,10 @@ class CompileKind(enum.Enum):
     #: the speed case's program where it is timed: as XLA would, on every platform
     PLAIN = ("plain", None)
     #: the speed case's program as the TPU model reads it: its partitioned module, its optimised
-    #: module and XLA's FLOP count (:func:`autograder.tpumodel.api.compile_partitioned`)
+    #: module and XLA's FLOP count (:func:`autograder.tpumodel.api.compile_partitioned`); a
+    #: program without loops or branches, which runs itself for its values (there is no
+    #: counting copy to run), compiles with :attr:`SPEED`'s options instead: one compile both
+    #: read and run (:meth:`Programs.model_runs`)
     MODEL = ("model", MODEL_CPU_COMPILE)
     #: the jit baseline timed beside the student's program, the instrumented copy of a memory
     #: or speed case's program run once to count its loops and branches, and the speed case's
@@ -202,10 +206,20 @@ class Programs:
                 if kind is CompileKind.MODEL:
                     from ..tpumodel.api import compile_partitioned
 
-                    return compile_partitioned(lowered, kind.options())
+                    runs = self.model_runs(req)
+                    return compile_partitioned(
+                        lowered, (CompileKind.SPEED if runs else kind).options())
                 return lowered.compile(kind.options())
 
         return self._once((req.id, kind), make)
+
+    def model_runs(self, req: ExportRequest) -> bool:
+        """Whether ``req``'s :attr:`CompileKind.MODEL` compile is also the one that runs: a
+        program without loops or branches has no counting copy, so the compile the model
+        reads is made to run (:attr:`CompileKind.SPEED`'s options; the partitioned module, the
+        optimised module and the FLOP count are the same at every LLVM level) and runs for its
+        values, instead of a second compile of the same program."""
+        return not has_control_flow(self.loaded(req).text)
 
     # -- readings on a case's arrays -------------------------------------------------------
     def counted_run(self, layout, case: Case, args, *, twin: bool = False):

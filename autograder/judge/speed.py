@@ -63,11 +63,14 @@ def speed_check(programs: Programs, modeler, *, rules: bool,
                 if modeler is not None:
                     student, st_text = programs.compiled(layout, case, args,
                                                          CompileKind.MODEL)
-                    # the model's compile is made to be read: LLVM's O0, whose code runs the
-                    # big arrays several times slower than a compile for running costs (a
-                    # program with loops or branches runs its instrumented copy instead)
-                    runnable = functools.partial(programs.compiled, layout, case, args,
-                                                 CompileKind.SPEED)
+                    # a program with loops or branches runs its instrumented copy, and the
+                    # model's compile of it is made to be read (LLVM's O0, whose code runs
+                    # the big arrays several times slower): where its copy cannot be counted,
+                    # it runs a compile made to run; a program without them runs the model's
+                    # compile itself (:meth:`Programs.model_runs`)
+                    if not programs.model_runs(programs.request(layout, case)):
+                        runnable = functools.partial(programs.compiled, layout, case, args,
+                                                     CompileKind.SPEED)
                 else:
                     student = programs.compiled(layout, case, args, CompileKind.PLAIN)
             wrong = measured_program_wrong(programs, "speed", checks.where(problem, layout, case),
