@@ -62,7 +62,14 @@ def canonical(text: str) -> str:
     with ctx:
         passmanager.PassManager.parse("builtin.module(strip-debuginfo)").run(module.operation)
         out = module.operation.get_asm(enable_debug_info=False)
-    out = _MODULE.sub(r"\1", out)
+    return canonical_bare(out)
+
+
+def canonical_bare(bare: str) -> str:
+    """:func:`canonical` of a module printed without source locations (an artifact's
+    :func:`~autograder.core.stablehlo.bare_text`): its module's name dropped and its functions'
+    names numbered in order of appearance."""
+    out = _MODULE.sub(r"\1", bare)
     names = {n: f"fn{i}" for i, n in enumerate(dict.fromkeys(_FUNC.findall(out)))}
     return _SYMBOL.sub(lambda m: "@" + names.get(m.group(1), m.group(1)), out)
 
@@ -101,8 +108,10 @@ def artifact_digest(artifact) -> str:
     without a change here). :class:`Unkeyable` where a field has no stable text."""
     import dataclasses
 
+    from ..core.stablehlo import bare_text
+
     exp = artifact.exported
-    h = hashlib.sha256(canonical(artifact.text).encode())
+    h = hashlib.sha256(canonical_bare(bare_text(exp)).encode())
     for f in dataclasses.fields(exp):
         if f.name in NOT_KEYED:
             continue
