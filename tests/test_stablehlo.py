@@ -475,8 +475,12 @@ def test_an_unreadable_program_fails_the_structure_check_with_its_reason():
         def __init__(self, text):
             self.text = text
 
-        def mlir_module(self):
-            return self.text
+        def mlir_module(self, serialized: bool = True):
+            if serialized:
+                return self.text
+            from jax._src.lib.mlir import ir
+
+            return ir.Module.parse(self.text)  # in the caller's context, as JAX deserializes
 
     paths = read_paths(Exported(_module(_IN_A_REDUCTION, "tensor<f32>")), make_mesh(2, 4),
                        "", [], ())
