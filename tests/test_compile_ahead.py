@@ -105,7 +105,9 @@ def test_the_memory_and_speed_programs_compile_once_in_the_pool(monkeypatch):
 def test_the_counting_copies_compile_once_each_in_the_pool(monkeypatch):
     """A program with loops runs its memory and speed cases once, instrumented: each case's
     counting copy compiles once, on a pool thread beside the numerics runs, and the speed
-    case's public twin (the same shapes) runs the same executable."""
+    case's public twin (the same shapes) runs the same executable. It grades a whole function
+    (quick: fewer numerics cases): only a looped program's memory and speed checks, with the
+    twin its data-dependent rounds call for, make the copies."""
     problem, fn = reference_answer("moe_all_to_all")
     made: list = []
     once = grading.Programs._once
@@ -117,7 +119,7 @@ def test_the_counting_copies_compile_once_each_in_the_pool(monkeypatch):
         return once(self, key, tracked)
 
     monkeypatch.setattr(grading.Programs, "_once", recording)
-    res = grade_function(problem, fn, seed=5)
+    res = grade_function(problem, fn, seed=5, quick=True)
     assert all(c.passed for c in res.checks), [c.message for c in res.checks]
     counting = [(key[0], on_main) for key, on_main in made if key[2:] == ("compiled",)]
     kinds = grading.CompileKind
