@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Protocol
 
 from ..core.errors import CALLBACK_HINT
-from ..core.stablehlo import module_text
 from ..core.results import your_code_raised
 from ..core.records import (
     ExportReply,
     ExportRequest,
 )
+from ..core.stablehlo import module_text
 
 #: custom calls a graded program may contain: JAX's own stable targets (sharding annotations,
 #: linear algebra kernels), never a host callback

@@ -138,13 +138,11 @@ class CompilePool:
                 args = shaped_args(problem, req, make_mesh(*problem.speed_layout))
                 kind = CompileKind.MEMORY if size == "memory" else self.speed_ahead
                 programs.compiled_for(req, args, kind)
-            if self._cancelled:
-                return
-            # its loops and branches are counted by one instrumented run on the case's arrays
-            # (the values checked, the structure read, the model's loops pinned): its copy
-            # compiles here too, beside the numerics runs
-            with programs.ownership.pool_job(), phase(f"pool: compile the {size} case"):
-                programs.compile_counting(req, args)
+                # its loops and branches are counted by one instrumented run on the case's
+                # arrays (the values checked, the structure read, the model's loops pinned):
+                # its copy compiles here too, beside the numerics runs
+                if not self._cancelled:
+                    programs.compile_counting(req, args)
         except Exception:  # noqa: BLE001 - the memory or speed check reports it
             pass
 

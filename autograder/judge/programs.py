@@ -17,8 +17,8 @@ from ..core.compiling import (
     on_cpu,
 )
 from ..core.problem import Case
-from ..core.stablehlo import has_control_flow
 from ..core.records import ExportRequest
+from ..core.stablehlo import has_control_flow
 from .artifacts import Artifact, ArtifactError, load_artifact
 from .ownership import Ownership
 from .placement import dynamic_args
@@ -234,12 +234,20 @@ class Programs:
             return self._counting_compiled(req, fn, dynamic)(*dynamic)
 
         def make():
-            from ..tpumodel.loops import count_run
+            from ..tpumodel.loops import run_counting
 
-            return count_run(self.loaded(req).exported, dynamic_args(self.plan.problem, args),
-                             run=run)
+            return run_counting(self._counting(req), dynamic_args(self.plan.problem, args),
+                                run=run)
 
         return self._once((req.id, Reading.COUNTED, twin), make)
+
+    def _counting(self, req: ExportRequest):
+        """:func:`~autograder.tpumodel.loops.counting_program` of ``req``'s program, made once
+        (the pool compiles it ahead; the case's run and its public twin's run it)."""
+        from ..tpumodel.loops import counting_program
+
+        return self._once((req.id, Reading.COUNTED, "program"),
+                          lambda: counting_program(self.loaded(req).exported))
 
     def _counting_compiled(self, req: ExportRequest, fn, args):
         """The counting copy ``fn`` of ``req``'s program compiled for ``args`` (placed, or their
@@ -252,9 +260,7 @@ class Programs:
         """Compile the counting copy of a memory or speed case's program ahead (``args``: its
         shapes, :func:`~autograder.judge.placement.shaped_args`), where it has something to
         count: its one instrumented run (:meth:`counted_run`) then only runs."""
-        from ..tpumodel.loops import counting_program
-
-        made = counting_program(self.loaded(req).exported)
+        made = self._counting(req)
         if made is not None:
             self._counting_compiled(req, made[0].call, dynamic_args(self.plan.problem, args))
 

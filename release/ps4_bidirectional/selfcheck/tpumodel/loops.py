@@ -53,8 +53,9 @@ except Exception:  # noqa: BLE001  # reported when a module is parsed (rewriting
     pass
 
 __all__ = ["CASE_MARK", "KEY_WORDS", "MARK", "CountedRun", "LoopCountError", "Tag",
-           "count_and_receive", "count_run", "counting_module", "counting_program", "device_counts", "new_key",
-           "pinned", "pinned_module", "received", "received_module", "trip_counts"]
+           "count_and_receive", "count_run", "counting_module", "counting_program",
+           "device_counts", "new_key", "pinned", "pinned_module", "received", "received_module",
+           "run_counting", "trip_counts"]
 
 #: the discardable attributes that number the loops and the conditionals of a module while it
 #: is rewritten
@@ -348,7 +349,12 @@ def count_run(exported, args: Sequence, run: Callable | None = None,
     """Run the counting program of ``exported`` (with ``branches``, its conditionals counted
     too; :func:`counting_program`) on ``args`` once; nothing runs where there is nothing to
     count. ``run(fn, args)`` runs a program (default: ``jax.jit(fn)(*args)``)."""
-    made = counting_program(exported, branches)
+    return run_counting(counting_program(exported, branches), args, run)
+
+
+def run_counting(made, args: Sequence, run: Callable | None = None) -> CountedRun:
+    """Run ``made``, a :func:`counting_program`'s ``(counting copy, tags)`` (None: nothing to
+    count, and nothing runs), on ``args`` once (``run`` as :func:`count_run`'s)."""
     if made is None:
         return CountedRun([], [])
     counting, tags = made
