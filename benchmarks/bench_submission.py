@@ -180,8 +180,10 @@ def main(argv=None) -> int:
     print(f"warming the baselines into a fresh cache: {time.perf_counter() - t0:.1f} s "
           "(once per class, not counted)", flush=True)
     from autograder.core.devices import setup_devices
+    from autograder.core.mlir_reuse import reuse_per_thread
 
     setup_devices()  # the floor compiles here; grading's processes are started with exec
+    reuse_per_thread()  # and its programs are read and lowered as the grader's are
     seed = None if a.alone else a.seed
     if seed is not None:
         t0 = time.perf_counter()

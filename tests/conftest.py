@@ -23,9 +23,11 @@ os.environ["AUTOGRADER_CACHE_DIR"] = os.environ[SUITE_CACHE]
 
 from autograder.core.devices import setup_devices
 from autograder.core.imports import light_nbformat
+from autograder.core.mlir_reuse import reuse_per_thread
 from autograder.supervisor import local
 
 setup_devices()
+reuse_per_thread()  # as the grader's processes do
 light_nbformat()  # the suite's notebooks are read as the grader reads them, a second sooner
 
 ROOT = Path(__file__).resolve().parent.parent

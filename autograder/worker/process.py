@@ -66,8 +66,10 @@ def main(argv=None) -> int:
         send(Unready(missing))
         return 0
     from ..core.devices import setup_devices
+    from ..core.mlir_reuse import reuse_per_thread
 
     setup_devices()
+    reuse_per_thread()  # the exports' contexts (before the hand-in's code runs)
     from ..core.loader import load
     from ..core.meshes import make_mesh
     from ..core.records import ExportRequest, Loaded, Loading, Quit, RecordError, parse
