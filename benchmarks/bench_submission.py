@@ -85,7 +85,8 @@ CLASS_SEED = 20261128
 
 def warm_big_cases(cache: Path, seed: int, *, with_speed: bool) -> int:
     """Draw every memory and speed case of ``seed`` and compute its NumPy answer into the
-    class-wide cache's store, as the class's first grading does (:mod:`autograder.judge.bigcases`):
+    class-wide cache's store (with the speed case's public twin), as the class's first grading
+    does (:mod:`autograder.judge.bigcases`):
     what every later submission of the class reads instead of drawing. Returns how many."""
     from autograder.judge import grading
     from autograder.judge.bigcases import BigCaseStore
@@ -97,6 +98,8 @@ def warm_big_cases(cache: Path, seed: int, *, with_speed: bool) -> int:
             for size in plan.big_sizes():
                 plan.big_case(size)
                 n += 1
+            if "speed" in plan.big_sizes():
+                plan.public_big("speed")  # the twin a speed message quotes, the class's too
     return n
 
 

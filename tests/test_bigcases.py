@@ -60,6 +60,25 @@ def test_a_kept_case_is_the_drawn_case_with_its_answer(tmp_path, name):
     np.testing.assert_array_equal(answer, alone.expected)
 
 
+@pytest.mark.parametrize("name", ["roll_diff", "moe_topk"])
+def test_the_speed_cases_public_twin_is_kept_for_the_class(tmp_path, monkeypatch, name):
+    """The public twin a speed message quotes is the same for every submission of a class:
+    drawn once, then read back (its static values the secret case's, whose request says)."""
+    store = BigCaseStore(tmp_path)
+    alone = _plan(name, 31, None).public_big("speed")
+    first = _plan(name, 31, store).public_big("speed")
+    assert _same_case(first, alone) and first.label == alone.label
+    problem = registry.get(name)
+    drawn = []
+    real = type(problem).case
+    monkeypatch.setattr(type(problem), "case", lambda self, *a: drawn.append(a) or real(self, *a))
+    again = _plan(name, 31, store).public_big("speed")
+    assert not drawn, "the twin was drawn again"
+    assert _same_case(again, alone) and again.label == alone.label
+    other = _plan(name, 32, store).public_big("speed")  # another class's statics may differ
+    assert _same_case(other, _plan(name, 32, None).public_big("speed"))
+
+
 def test_another_seed_grader_or_size_is_a_miss(tmp_path, monkeypatch):
     store = BigCaseStore(tmp_path)
     _plan("moe_all_to_all", 5, store).big_case("speed")  # drawn, answered and kept
