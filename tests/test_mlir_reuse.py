@@ -83,3 +83,22 @@ def test_a_program_exports_and_compiles_alike_in_a_reused_context(monkeypatch):
     assert reused[0] == fresh[0]
     assert reused[1] == fresh[1]
     np.testing.assert_array_equal(reused[2], fresh[2])
+
+
+def test_forget_hands_out_no_context_made_before_it():
+    """A warm grader forgets its contexts after each job: the next submission's programs are
+    never read in a context that held the last one's."""
+    before: list = []
+    after: list = []
+
+    def run():
+        before.extend(mlir.make_ir_context() for _ in range(2))
+        mlir_reuse.forget()
+        after.extend(mlir.make_ir_context() for _ in range(2))
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    assert before[0] is before[1]  # reused until then
+    assert all(a is not b for a in after for b in before)
+    assert after[0] is after[1]  # and reused again after

@@ -11,6 +11,9 @@ trusted grader, the worker that exports a hand-in) and never in a student's kern
 A context is never shared between threads, and a module made in one stays valid after its
 thread moves on to the next context (a module holds its context). What a program compiles to
 does not depend on the context it was lowered in: the verdict table reads the same either way.
+Nor is one shared between submissions: a warm grader calls :func:`forget` after each job, so
+that nothing one hand-in's programs left in a context (its constants, its resource blobs) is
+there when the next one's are read.
 """
 from __future__ import annotations
 
@@ -23,6 +26,9 @@ REUSES = 10
 #: what :func:`reuse_per_thread` found, once called: "jax" (JAX reuses contexts itself),
 #: "installed" (this module's policy), or why neither (the private API moved)
 state: str | None = None
+
+#: bumped by :func:`forget`: a context held from an earlier generation is never handed out
+_generation = 0
 
 
 def reuse_per_thread() -> str:
@@ -49,11 +55,11 @@ def reuse_per_thread() -> str:
 
     def make_ir_context():
         held = getattr(local, "held", None)
-        if held is not None and held[1] < REUSES:
-            local.held = (held[0], held[1] + 1)
+        if held is not None and held[1] < REUSES and held[2] == _generation:
+            local.held = (held[0], held[1] + 1, held[2])
             return held[0]
         ctx = make()
-        local.held = (ctx, 0)
+        local.held = (ctx, 0, _generation)
         return ctx
 
     make_ir_context.__doc__ = make.__doc__
@@ -63,4 +69,20 @@ def reuse_per_thread() -> str:
     return state
 
 
-__all__ = ["REUSES", "reuse_per_thread", "state"]
+def forget() -> None:
+    """Hand out no context made before this call (in any thread, under this module's policy;
+    under JAX's own, in the calling thread, the only one a warm grader keeps between jobs)."""
+    global _generation
+    _generation += 1
+    if state == "jax":
+        from jax._src.interpreters import mlir
+
+        try:
+            mlir._thread_local_context.set_local(None)
+        except Exception as e:  # noqa: BLE001 - private API moved: said, never silent
+            import sys
+
+            print(f"MLIR contexts: the last job's could not be dropped ({e})", file=sys.stderr)
+
+
+__all__ = ["REUSES", "forget", "reuse_per_thread", "state"]

@@ -271,7 +271,10 @@ def serve(opts: JudgeOptions, send, setup) -> int:
             return 0
         import jax
 
+        from ..core.mlir_reuse import forget
+
         jax.clear_caches()
+        forget()  # no MLIR context of this submission's programs reads the next one's
         gc.collect()
         send(Ready())
 
