@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 import subprocess
 import sys
 
@@ -142,6 +143,21 @@ def test_setup_cell_describes_jax_and_devices():
     text = describe_devices()
     assert text.startswith(f"JAX {jax.__version__}")
     assert "emulated CPU devices" in text and "default backend" in text
+
+
+def test_describe_devices_first_in_a_fresh_process_finds_the_course_devices():
+    """On a new host nobody sets JAX_NUM_CPU_DEVICES: describe_devices called before anything
+    else (the accelerator check's first part does) still asks for the course's 8 devices
+    before JAX starts, instead of starting it with one and failing."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "JAX_NUM_CPU_DEVICES"}
+    code = ("from autograder.core.devices import describe_devices\n"
+            "print(describe_devices())\n")
+    p = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "course meshes: 8 emulated CPU devices" in p.stdout, p.stdout
 
 
 def test_the_installed_modules_this_process_imported_were_compiled_once():

@@ -172,6 +172,7 @@ def describe_devices() -> str:
     range), the default devices and the devices the course meshes use, emulated or real."""
     import jax
 
+    setup_devices()  # before jax.devices() below starts JAX with one CPU device
     lines = [f"JAX {jax.__version__}"]
     where = support(jax.__version__)
     if where == "newer":
