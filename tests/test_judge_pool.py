@@ -155,3 +155,38 @@ def test_a_serving_judge_takes_its_options_from_its_stdin_alone():
     job = Job(submission="x.py", cwd=".", grader_log="g.log", log="s.log")
     p = judge(stdin=job.to_line())  # a job before its options
     assert p.returncode == 2 and "unexpected record type 'job'" in p.stderr, p.stderr
+
+
+def test_a_judge_imports_this_very_package(tmp_path, monkeypatch):
+    """A judge is ``python -m autograder.judge``, started in a work folder: it must import the
+    package its supervisor runs. From a checkout that was never installed (``python -m
+    autograder grade`` in its root, as on a lent GPU host) it found none, and every function
+    was "could not start grading"; with another copy earlier on ``PYTHONPATH`` it would grade
+    with that copy. Here a stand-in ``autograder`` on ``PYTHONPATH`` plays the other copy."""
+    import os
+    import subprocess
+    import sys
+
+    import autograder
+    from autograder.supervisor import supervise
+
+    other = tmp_path / "other" / "autograder"
+    other.mkdir(parents=True)
+    (other / "__init__.py").write_text("")
+    monkeypatch.setenv("PYTHONPATH", str(other.parent))
+    env = supervise.judge_env()
+    p = subprocess.run([sys.executable, "-c", "import autograder; print(autograder.__file__)"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert Path(p.stdout.strip()) == Path(autograder.__file__), (p.stdout, env["PYTHONPATH"])
+    assert str(other.parent) in env["PYTHONPATH"].split(os.pathsep)  # kept, after ours
+
+
+def test_a_judge_that_exits_is_not_blamed_on_the_submission():
+    """The judge never runs the hand-in's code: its plain exit is the grader's error."""
+    from autograder.isolation.sandbox import describe_exit
+
+    assert "in the submission?" in describe_exit(1)
+    judge = describe_exit(1, runs_submission=False)
+    assert "grader" in judge and "submission?" not in judge
+    assert describe_exit(134, runs_submission=False) == describe_exit(134)  # a signal: either

@@ -368,9 +368,10 @@ def python_binds() -> list[tuple[Optional[Path], str]]:
     return binds
 
 
-def describe_exit(rc: int) -> str:
+def describe_exit(rc: int, *, runs_submission: bool = True) -> str:
     """Why a process ended, from its exit status (bubblewrap reports a child killed by signal
-    N as 128 + N)."""
+    N as 128 + N). ``runs_submission`` False: a process that never runs the hand-in's code
+    (the judge), whose plain exit is the grader's own error."""
     if rc > 128 and rc - 128 < 65:
         rc = -(rc - 128)
     if rc < 0:
@@ -384,4 +385,7 @@ def describe_exit(rc: int) -> str:
                 "allocation inside XLA)", "SIGKILL": " (killed, e.g. out of memory)",
                 "SIGXFSZ": " (it wrote too much output)"}.get(name, "")
         return f"the Python process died from {name}{what}"
+    if not runs_submission:
+        return (f"the grading process exited with code {rc} (an error in the grader, not in the "
+                "submission: its log says which)")
     return f"the Python process exited with code {rc} (os._exit / sys.exit in the submission?)"

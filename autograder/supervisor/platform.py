@@ -16,8 +16,22 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..core.devices import N_DEVICES
+
+#: the folder this package was imported from: a checkout's root, or site-packages
+PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
+
+
+def with_package(env: dict) -> dict:
+    """``env`` with :data:`PACKAGE_PARENT` first on ``PYTHONPATH``: a Python this process
+    starts (a judge, the probe) imports this very package, also from a checkout that was never
+    installed (``python -m autograder`` from its root, whose folder no child starts in), and
+    never another copy installed elsewhere."""
+    rest = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != PACKAGE_PARENT]
+    return {**env, "PYTHONPATH": os.pathsep.join([PACKAGE_PARENT, *rest])}
+
 
 #: what a probe process prints: JAX's default backend (export naming) and its device count
 _PROBE = ("import json, jax\n"
@@ -85,7 +99,7 @@ def grader_platform(n: int = N_DEVICES) -> GraderPlatform:
     plugins = accelerator_plugins()
     if not plugins and not (asked and set(asked) - {"cpu"}):
         return GraderPlatform("cpu", "cpu", n, "no JAX accelerator plugin is installed")
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    env = with_package({**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
     try:
         p = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True,
                            timeout=PROBE_S, env=env, stdin=subprocess.DEVNULL)

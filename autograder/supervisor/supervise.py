@@ -37,7 +37,7 @@ from ..core.results import CheckResult, FunctionResult, SubmissionResult, skippe
 from ..isolation.processes import die_with_parent
 from .handin import MAX_HANDIN, own_files, read_capped
 from .options import Limits, Options, cache_for, check_options
-from .platform import grader_platform
+from .platform import grader_platform, with_package
 
 
 #: the largest file the trusted grader itself may write: its class-wide cache keeps the big
@@ -74,8 +74,8 @@ def _preexec(limits: Limits):
 
 def judge_env() -> dict:
     """The environment of a judge: this process's, with JAX's platforms those of the course's
-    devices (:mod:`.platform`)."""
-    return {**os.environ, **grader_platform().env}
+    devices (:mod:`.platform`), importing this very package (:func:`.platform.with_package`)."""
+    return with_package({**os.environ, **grader_platform().env})
 
 
 def _rss_mb(pid: int) -> float:
@@ -342,7 +342,7 @@ def _run_grader(sub: Path, work: Path, opts: Options, *, only: Optional[list[str
                     rc = None  # stuck on its way out: the finally below kills it
                 if run.restart is None:
                     run.stopped = ("it did not exit after closing its output" if rc is None
-                                   else describe_exit(rc) if rc != 0 else
+                                   else describe_exit(rc, runs_submission=False) if rc != 0 else
                                    "the grading process stopped early")
                 break
             if lim.memory_mb:
