@@ -236,6 +236,8 @@ def main(argv=None) -> int:
             judge = sum(u.get("self", 0.0) for u in used)
             # the sandbox's control group, else (no group) the judge's reaped children
             sandbox = sum(u.get("sandbox", u.get("children", 0.0)) for u in used)
+            # without a group, a sandbox killed before its processes were reaped left no usage
+            grouped = all("sandbox" in u for u in used)
             cpu = judge + sandbox + supervisor
             total_cpu += cpu
             total += secs
@@ -248,7 +250,9 @@ def main(argv=None) -> int:
             n, fs = compile_floor(asg, seed or 0)
             floor_n, floor_s = floor_n + n, floor_s + fs
             print(f"run {run + 1}  {asg:24s} {secs:6.1f} s  ({cpu:5.1f} CPU s: judge "
-                  f"{judge:4.1f}, sandbox {sandbox:4.1f}, supervisor {supervisor:4.1f})  "
+                  f"{judge:4.1f}, sandbox {sandbox:4.1f}"
+                  f"{'' if grouped else ' (no control group: a lower bound)'}, supervisor "
+                  f"{supervisor:4.1f})  "
                   f"{res.score:g}/{res.max_score:g}  floor: {n:3d} programs {fs:5.1f} s, "
                   f"{secs / fs:4.1f}x" + (f"  FAILED: {', '.join(failed)}" if failed else ""),
                   flush=True)
