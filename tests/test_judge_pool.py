@@ -182,6 +182,20 @@ def test_a_judge_imports_this_very_package(tmp_path, monkeypatch):
     assert str(other.parent) in env["PYTHONPATH"].split(os.pathsep)  # kept, after ours
 
 
+def test_an_installed_package_leaves_the_path_alone(monkeypatch):
+    """Installed, the package's folder is a site-packages folder every Python of the
+    installation reads: it is not put on PYTHONPATH, where it would precede the standard
+    library (a site-packages module named like a standard one would shadow it in the judge)."""
+    import site
+
+    from autograder.supervisor import platform
+
+    sites = site.getsitepackages()
+    monkeypatch.setattr(platform, "PACKAGE_PARENT", str(Path(sites[0]).resolve()))
+    env = {"PYTHONPATH": "/somewhere", "X": "1"}
+    assert platform.with_package(env) == env
+
+
 def test_a_judge_that_exits_is_not_blamed_on_the_submission():
     """The judge never runs the hand-in's code: its plain exit is the grader's error."""
     from autograder.isolation.sandbox import describe_exit

@@ -24,11 +24,22 @@ from ..core.devices import N_DEVICES
 PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
 
 
+def _site_dirs() -> set[str]:
+    import site
+
+    dirs = [*site.getsitepackages(), site.getusersitepackages()]
+    return {str(Path(d).resolve()) for d in dirs if d}
+
+
 def with_package(env: dict) -> dict:
     """``env`` with :data:`PACKAGE_PARENT` first on ``PYTHONPATH``: a Python this process
     starts (a judge, the probe) imports this very package, also from a checkout that was never
     installed (``python -m autograder`` from its root, whose folder no child starts in), and
-    never another copy installed elsewhere."""
+    never another copy earlier on the path. Installed (the package in a site-packages folder,
+    which every Python of this installation reads anyway) ``env`` is left as it is: that folder
+    on ``PYTHONPATH`` would come before the standard library."""
+    if PACKAGE_PARENT in _site_dirs():
+        return dict(env)
     rest = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != PACKAGE_PARENT]
     return {**env, "PYTHONPATH": os.pathsep.join([PACKAGE_PARENT, *rest])}
 
