@@ -21,8 +21,10 @@ does, each assignment on a fresh secret seed, drawing its big cases anew.
 Beside each time it prints the floor measured in the same run: the distinct programs grading
 compiles for that assignment (one per signature and mesh: the numerics programs, the memory and
 the speed case), compiled here with the grader's own options, one after the other, and the
-ratio of the grading time to that floor. The targets (the grading-cost issue): a complete
-submission at most 1.5x its floor, each assignment at most 2x, idle on a 2-core machine.
+ratio of the grading time to that floor; with ``--runs N`` it ends with each row's median over
+the runs (a single run may fall on a busy moment of a shared machine). The targets (the
+grading-cost issue): a complete submission at most 1.5x its floor, each assignment at most 2x,
+idle on a 2-core machine.
 """
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ import json
 import os
 import resource
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -147,6 +150,20 @@ def phase_table(records: list[dict], runs: int, title: str) -> None:
         print(f"  {k:45s} {v:6.1f}s {own.get(k, 0.0):6.1f}s {cpu.get(k, 0.0):6.1f}s")
 
 
+def print_medians(figures: dict) -> None:
+    """The median over the runs of each row's grading time, floor and ratio (each run's ratio
+    is of one run's two figures; the median ratio is the middle of those, not a ratio of
+    medians): what to quote where one run's figure may be a busy moment's."""
+    print(f"\nmedian of {len(next(iter(figures.values())))} runs (each ratio within its run):")
+    for name, rows in figures.items():
+        secs, floors = [r[0] for r in rows], [r[1] for r in rows]
+        ratios = [g / f for g, f in rows]
+        each = ", ".join(f"{r:.2f}x" for r in ratios)
+        print(f"  {name:24s} {statistics.median(secs):6.1f} s  floor "
+              f"{statistics.median(floors):5.1f} s  {statistics.median(ratios):4.2f}x  "
+              f"(runs: {each})", flush=True)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=1)
@@ -208,6 +225,8 @@ def main(argv=None) -> int:
     kept = _kept(cache)
     by_asg: dict = defaultdict(list)
     all_records: list = []
+    #: (grading s, floor s) per run, by assignment and for the complete submission
+    figures: dict = defaultdict(list)
     for run in range(a.runs):
         total = total_cpu = 0.0
         floor_n, floor_s = 0, 0.0
@@ -249,6 +268,7 @@ def main(argv=None) -> int:
             ok &= not failed
             n, fs = compile_floor(asg, seed or 0)
             floor_n, floor_s = floor_n + n, floor_s + fs
+            figures[asg].append((secs, fs))
             print(f"run {run + 1}  {asg:24s} {secs:6.1f} s  ({cpu:5.1f} CPU s: judge "
                   f"{judge:4.1f}, sandbox {sandbox:4.1f}"
                   f"{'' if grouped else ' (no control group: a lower bound)'}, supervisor "
@@ -261,6 +281,9 @@ def main(argv=None) -> int:
         print(f"run {run + 1}  compile floor           {floor_s:6.1f} s  ({floor_n} distinct "
               f"programs compiled here with grading's options; grading takes "
               f"{total / floor_s:.1f}x its floor)", flush=True)
+        figures["complete submission"].append((total, floor_s))
+    if a.runs > 1:
+        print_medians(figures)
     phase_table(all_records, a.runs, "per complete submission")
     for asg in a.phases:
         phase_table(by_asg.get(asg, []), a.runs, asg)

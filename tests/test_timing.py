@@ -57,3 +57,20 @@ def test_a_jobs_record_is_written_when_it_is_done(monkeypatch, tmp_path):
     rec = json.loads(trace.read_text())
     assert rec["label"] == "ps2_moe" and rec["phases"]["grading"] >= 0.03
     assert rec["own cpu"]["grading"] >= 0.02
+
+
+def test_the_benchs_medians_are_of_each_runs_own_ratio(capsys):
+    """``bench_submission.py --runs N`` ends with each row's median over the runs: the median
+    time, the median floor, and the middle of the runs' ratios (each of one run's two
+    figures), which the ratio of the two medians is not."""
+    from benchmarks.bench_submission import print_medians
+
+    # ratios 5.0, 1.0, 2.0: their median is 2.0, where the medians' ratio is 12 / 10 = 1.2
+    print_medians({"ps2_moe": [(10.0, 2.0), (12.0, 12.0), (20.0, 10.0)],
+                   "complete submission": [(30.0, 20.0), (28.0, 20.0), (33.0, 20.0)]})
+    out = capsys.readouterr().out
+    assert "median of 3 runs" in out
+    rows = {line.split()[0]: line for line in out.splitlines() if line.startswith("  ")}
+    assert "12.0 s" in rows["ps2_moe"] and "floor  10.0 s" in rows["ps2_moe"]
+    assert "2.00x  (runs: 5.00x, 1.00x, 2.00x)" in rows["ps2_moe"], rows["ps2_moe"]
+    assert "1.50x" in rows["complete"], rows["complete"]
