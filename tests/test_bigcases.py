@@ -79,6 +79,34 @@ def test_the_speed_cases_public_twin_is_kept_for_the_class(tmp_path, monkeypatch
     assert _same_case(other, _plan(name, 32, None).public_big("speed"))
 
 
+@pytest.mark.parametrize("kept", [False, True], ids=["alone", "class store, a miss"])
+def test_the_check_takes_the_case_planning_drew(tmp_path, monkeypatch, kept):
+    """Planning draws a big case to read its shapes; the check's case is that draw, not a
+    second one (a second draw of ps2's big cases cost about a second of a grading alone),
+    and it is the case a fresh plan draws. A second check of the same size draws anew."""
+    name, seed = "moe_topk", 11 + kept  # a seed of its own: no plan made before
+    fresh = _plan(name, seed, None)
+    want = {size: fresh.big(size)[1] for size in fresh.big_sizes()}
+    problem = registry.get(name)
+    drawn = []
+    real = type(problem).case
+    monkeypatch.setattr(type(problem), "case",
+                        lambda self, *a: drawn.append(a[-1]) or real(self, *a))
+    plan = grading.plan_for(problem, seed=seed, id_base=77,  # requests not made before
+                            big_cases=BigCaseStore(tmp_path) if kept else None)
+    plan.all_requests()
+    planned = sorted(d for d in drawn if d in ("memory", "speed"))
+    assert planned == ["memory", "speed"]
+    for size in ("memory", "speed"):
+        big = plan.big_case(size)
+        assert _same_case(big.case, want[size]) and big.case.label == want[size].label
+        np.testing.assert_array_equal(
+            big.expected, np.asarray(problem.reference(want[size].args, *big.layout)))
+    assert sorted(d for d in drawn if d in ("memory", "speed")) == planned, "drawn twice"
+    again = plan.big_case("speed")  # drawn anew alone, read back from the class's store
+    assert again.from_store == kept and _same_case(again.case, want["speed"])
+
+
 def test_another_seed_grader_or_size_is_a_miss(tmp_path, monkeypatch):
     store = BigCaseStore(tmp_path)
     _plan("moe_all_to_all", 5, store).big_case("speed")  # drawn, answered and kept

@@ -62,6 +62,9 @@ class Plan:
     #: where the big cases of a seed shared by a class are kept (:meth:`big_case`); None:
     #: drawn for this plan alone
     big_cases: Optional[BigCaseStore] = None
+    #: "memory" / "speed" -> the big case :meth:`big_request` drew to read its shapes, until
+    #: :meth:`big_case` takes it (the check's case is that one, not a second draw of it)
+    _drawn: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def _rng(self, which: int) -> np.random.Generator:
         return np.random.default_rng([self.seed, zlib.crc32(self.problem.name.encode()), which])
@@ -152,15 +155,22 @@ class Plan:
 
     def big_case(self, size: str) -> BigCase:
         """The memory or speed case with its NumPy answer: read from :attr:`big_cases` where
-        it is kept there, else drawn (:meth:`big`) and answered now."""
+        it is kept there, else drawn (:meth:`big`; the case :meth:`big_request` drew, where
+        this plan drew one) and answered now."""
+        request = self.big_request(size)
+        drawn = self._drawn.pop(size, None)
         return big_case(self.problem, self.problem.speed_layout,
-                        lambda: self.big(size)[1], self.big_request(size), seed=self.seed,
-                        size=size, store=self.big_cases)
+                        lambda: drawn if drawn is not None else self.big(size)[1], request,
+                        seed=self.seed, size=size, store=self.big_cases)
 
     def big_request(self, size: str) -> ExportRequest:
-        """The request of the memory or speed case (its case drawn once, to read its shapes)."""
+        """The request of the memory or speed case: its case drawn once to read its shapes,
+        and kept for :meth:`big_case` (a plan whose requests a plan before it made draws
+        nothing here)."""
         if size not in self.big_requests:
-            self.big_requests[size] = self.request(*self.big(size))
+            layout, case = self.big(size)
+            self.big_requests[size] = self.request(layout, case)
+            self._drawn[size] = case
         return self.big_requests[size]
 
     def big_sizes(self) -> list[str]:
