@@ -215,3 +215,95 @@ ENTRY %main (a: s32[1,1], b: f32[1,1,9], c: f32[1,1,4]) -> f32[1,1,4] {{
                   out_shapes=(), in_bytes=n, out_bytes=n, count=2, loop_depth=1,
                   in_shard_map=True, index=i) for i, n in enumerate((288, 32, 128))]
     assert added_collectives(text, (8, 1), ("X", "Y"), written, frozenset()) == []
+
+
+# ------------------------------------------------------- a name is text in the compiled module
+#: a named_scope's name as the compiled module prints it (escaped): a reader that took its first
+#: quote for the end of the string read ``replica_groups`` of one device each (nothing moves)
+#: after the real ones, the name's ``*/`` and ``stack_frame_id`` as the text's own
+HIDE = '"}, replica_groups={{0},{1},{2},{3},{4},{5},{6},{7}}, source_target_pairs={}, z={"'
+ESCAPED = HIDE.replace('"', '\\"')
+
+NAMED = f'''HloModule m
+
+ENTRY %main (p: f32[4,2]) -> f32[4,8] {{
+  %p = f32[4,2]{{1,0}} parameter(0), metadata={{op_name="p /* stack_frame_id=9"}}
+  ROOT %ag = f32[4,8]{{1,0}} all-gather(%p), channel_id=1, \
+replica_groups={{{{0,1,2,3}},{{4,5,6,7}}}}, dimensions={{1}}, use_global_device_ids=true, \
+metadata={{op_name="jit(f)/{ESCAPED}/all_gather */" source_file="a\\\\" source_line=7 \
+stack_frame_id=2}}
+}}
+'''
+
+
+def test_a_name_that_reads_as_attributes_stays_text():
+    """A quote, a bracket, a comma, a ``/*`` or a ``key=`` inside a printed string is the
+    string's: the all-gather keeps the groups XLA gave it, and its name and source are read
+    whole (a quote escaped, a backslash ending a string)."""
+    from autograder.tpumodel.hlo import device_groups, parse_module
+    from autograder.tpumodel.hlo_sources import source_of
+    from autograder.tpumodel.hlo_text import string_field
+
+    comps, entry = parse_module(NAMED)
+    p, ag = comps[entry].instrs
+    assert ag.opcode == "all-gather" and ag.operands == ["p"]
+    assert sorted(ag.attrs) == ["channel_id", "dimensions", "metadata", "replica_groups",
+                                "use_global_device_ids"]
+    assert device_groups(ag.attrs, 8, (2, 4)) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert string_field(ag.attrs["metadata"], "op_name") == f"jit(f)/{ESCAPED}/all_gather */"
+    assert string_field(p.attrs["metadata"], "op_name") == "p /* stack_frame_id=9"
+    frames = {2: ("f.py", 3), 9: ("planted.py", 1)}
+    assert source_of(ag.attrs["metadata"], frames) == ("f.py", 3)
+    assert source_of(p.attrs["metadata"], frames) == ()
+    assert source_of(ag.attrs["metadata"], {}) == ("a\\\\", 7)
+
+
+def test_a_string_left_open_is_unreadable_not_split():
+    from autograder.tpumodel.hlo import ModelError, parse_module
+
+    with pytest.raises(ModelError, match="closing quote"):
+        parse_module(NAMED.replace('source_file="a\\\\"', 'source_file="a\\"'))
+
+
+@pytest.mark.parametrize("collective", ["all_gather", "ppermute"])
+def test_a_named_scope_leaves_the_groups_the_model_reads(collective):
+    """The compiled module's collectives, read by the TPU model and by the check of what XLA
+    adds, move data among the devices XLA says, whatever the named_scope around them is called
+    (psum_slices inside such a scope passed the speed check, its all-reduces priced as among
+    one device: tests/fixtures/attacks/named_scope_slices.py)."""
+    import jax
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from autograder.core.meshes import make_mesh
+    from autograder.tpumodel.hlo import device_groups, parse_module, source_target_pairs
+
+    mesh = make_mesh(2, 4)
+    ring = [(k, (k + 1) % 4) for k in range(4)]
+
+    def program(scope):
+        def body(a):
+            with jax.named_scope(scope):
+                if collective == "ppermute":
+                    return jax.lax.ppermute(a, "Y", ring)
+                return jax.lax.all_gather(a, "Y", axis=1, tiled=True)
+
+        out = P("X", "Y") if collective == "ppermute" else P("X", None)
+        return jax.shard_map(body, mesh=mesh, in_specs=P("X", "Y"), out_specs=out,
+                             check_vma=False)
+
+    x = jax.device_put(np.ones((8, 16), np.float32), NamedSharding(mesh, P("X", "Y")))
+
+    def read(scope):
+        text = jax.jit(program(scope)).lower(x).compile().as_text()
+        comps, _ = parse_module(text)
+        got = [(i.opcode, device_groups(i.attrs, 8, (2, 4)), source_target_pairs(i.attrs))
+               for c in comps.values() for i in c.instrs
+               if i.opcode.startswith(("all-gather", "collective-permute"))]
+        assert got, text
+        return got, text
+
+    honest, _ = read("exchange")
+    hidden, text = read(HIDE)
+    assert ESCAPED in text  # the attack's premise: the name is in the module, escaped
+    assert hidden == honest

@@ -20,6 +20,8 @@ from autograder.tpumodel import scalars
     ("too_many_ops", "matmul_allgather", "cannot price this program"),
     ("vector_matmul", "matmul_allgather", "ratio"),
     ("psum_slices", "matmul_allreduce", "ratio"),
+    # the same with its psums in a named_scope whose name read as one-device groups
+    ("named_scope_slices", "matmul_allreduce", "ratio"),
     ("speed_shape_switch", "matmul_allgather", "does not keep the structure rules"),
     ("denormal_branch", "matmul_allgather_bidirectional", "branch each device ran"),
     ("denormal_branch", "matmul_reducescatter_bidirectional", "branch each device ran"),
@@ -161,6 +163,9 @@ def test_xla_flushes_subnormals_numpy_keeps_them():
     ("gspmd_boundary_ring", "matmul_allgather", "XLA adds 1 collective(s)"),
     ("gspmd_weight_gather", "moe_all_to_all", "added by XLA"),
     ("gspmd_weight_gather", "moe_topk", "added by XLA"),
+    # the same in a named_scope whose name read as one-device groups on XLA's gather (JAX
+    # 0.10, where the gather takes the shard_map's name; another rule failed it instead)
+    ("named_scope_groups", "moe_all_to_all", "all-gather added by XLA"),
     # an all-gather in all_to_all's clothing sends as many bytes as an honest exchange padded
     # to the worst-case round count (fixtures/ps2_moe/alt_loops.py): what tells them apart is
     # that a group's received slabs change when only tokens NOT routed to it change (the

@@ -3,6 +3,7 @@
 :class:`ModelError`, what the model raises for a program it cannot read or cost."""
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass, field
@@ -70,45 +71,96 @@ class Computation:
         return self.instrs[-1]
 
 
+#: a string as XLA prints one (``absl::CEscape``: ``\"``, ``\\``, ``\n``, ...). Its text is
+#: the student's where it is an ``op_name`` (a ``named_scope``, a function's name) or a source
+#: file: a quote, a bracket, a comma or a ``/*`` inside one is text, never structure (read as
+#: structure, ``named_scope('"}, replica_groups={{0},{1}}, z={"')`` would hand the reader an
+#: attribute of its own)
+_STRING = r'"(?:[^"\\]|\\.)*"'
+_STRING_OR_COMMENT = re.compile(_STRING + r"|/\*.*?\*/")
+
+
+@functools.lru_cache(maxsize=None)
+def _tokens(chars: str) -> re.Pattern:
+    """A whole string, or one of ``chars``, or a quote no string closes."""
+    return re.compile(_STRING + "|[" + re.escape(chars) + '"]')
+
+
+def _unterminated() -> ModelError:
+    return ModelError("a string without its closing quote in the HLO text")
+
+
 def _match_skip(text: str, i: int, open_c: str, close_c: str) -> int:
-    depth, j, n = 0, i, len(text)
-    while j < n:
-        c = text[j]
-        if c == '"':
-            j = text.index('"', j + 1) + 1
+    """The index just past the ``close_c`` that balances the first ``open_c`` from ``i`` (strings
+    skipped whole)."""
+    depth = 0
+    for m in _tokens(open_c + close_c).finditer(text, i):
+        c = m.group()
+        if c[0] == '"':
+            if len(c) == 1:
+                raise _unterminated()
             continue
         if c == open_c:
             depth += 1
-        elif c == close_c:
+        else:
             depth -= 1
             if depth == 0:
-                return j + 1
-        j += 1
+                return m.end()
     raise ModelError("unbalanced brackets in HLO text")
 
 
 def split_top(s: str, sep: str = ",") -> list[str]:
-    out, depth, cur, j = [], 0, [], 0
-    while j < len(s):
-        c = s[j]
-        if c == '"':
-            k = s.index('"', j + 1)
-            cur.append(s[j:k + 1])
-            j = k + 1
-            continue
-        if c in "([{":
+    """``s`` split at each ``sep`` outside brackets and strings, each part stripped (a blank
+    last part left out)."""
+    if sep in '()[]{}"':
+        raise ValueError(f"cannot split at {sep!r}")
+    out, depth, start = [], 0, 0
+    for m in _tokens("()[]{}" + sep).finditer(s):
+        c = m.group()
+        if c[0] == '"':
+            if len(c) == 1:
+                raise _unterminated()
+        elif c in "([{":
             depth += 1
         elif c in ")]}":
             depth -= 1
-        if c == sep and depth == 0:
-            out.append("".join(cur).strip())
-            cur = []
-        else:
-            cur.append(c)
-        j += 1
-    if "".join(cur).strip():
-        out.append("".join(cur).strip())
+        elif depth == 0:
+            out.append(s[start:m.start()].strip())
+            start = m.end()
+    if s[start:].strip():
+        out.append(s[start:].strip())
     return out
+
+
+def uncommented(line: str) -> str:
+    """``line`` without its ``/*...*/`` comments (``/*index=5*/``); a string's text is kept."""
+    if "/*" not in line:
+        return line
+    parts, last = [], 0
+    for m in _STRING_OR_COMMENT.finditer(line):
+        if m.group().startswith("/*"):
+            parts.append(line[last:m.start()])
+            last = m.end()
+    parts.append(line[last:])
+    return "".join(parts)
+
+
+def string_field(text: str, key: str) -> Optional[str]:
+    """The string ``key="..."`` of an attribute's ``text`` (``op_name`` of a ``metadata``), as
+    printed (escapes kept), or None; a ``key="`` inside another string is not it."""
+    for m in re.finditer(r'\b' + re.escape(key) + r'=(' + _STRING + r')|' + _STRING, text):
+        if m.group(1) is not None:
+            return m.group(1)[1:-1]
+    return None
+
+
+def unquoted_field(text: str, key: str) -> Optional[str]:
+    """The unquoted value of ``key=value`` in ``text`` outside its strings (``stack_frame_id``
+    of a ``metadata``), or None."""
+    for m in re.finditer(r'\b' + re.escape(key) + r'=([^\s,}"]+)|' + _STRING, text):
+        if m.group(1) is not None:
+            return m.group(1)
+    return None
 
 
 _SHAPE = re.compile(r"^([a-z][a-z0-9]*)\[([0-9,\s]*)\]")
@@ -128,7 +180,6 @@ def parse_type(s: str):
     return Shape(m.group(1), dims)
 
 
-_COMMENT = re.compile(r"/\*.*?\*/")
 _HEAD = re.compile(r"^\s*(ROOT\s+)?%?([\w.\-]+)\s*=\s*")
 _COMP = re.compile(r"^\s*(ENTRY\s+)?%?([\w.\-]+)\s*(\(.*)?\{\s*$")
 
@@ -138,7 +189,7 @@ def parse_module(text: str) -> tuple[dict[str, Computation], str]:
     entry = None
     cur: Optional[Computation] = None
     for line in text.splitlines():
-        line = _COMMENT.sub("", line.rstrip())
+        line = uncommented(line.rstrip())
         if not line.strip():
             continue
         if cur is None:
@@ -168,6 +219,7 @@ def parse_module(text: str) -> tuple[dict[str, Computation], str]:
 #: ``%name`` (newer XLA prints a get-tuple-element this way in place of its own instruction, e.g.
 #: ``compare(%param.1#0, %constant)`` for the counter of a while loop's carry)
 _OPERAND = re.compile(r"%([\w.\-]+(?:#\d+)*)")
+_OPCODE = re.compile(r"([\w\-]+)\(")
 
 
 def _parse_instr(line: str) -> Optional[Instr]:
@@ -182,7 +234,7 @@ def _parse_instr(line: str) -> Optional[Instr]:
         sp = rest.index(" ")
         tstr, rest = rest[:sp], rest[sp:]
     rest = rest.strip()
-    om = re.match(r"([\w\-]+)\(", rest)
+    om = _OPCODE.match(rest)
     if not om:
         return None
     opcode = om.group(1)

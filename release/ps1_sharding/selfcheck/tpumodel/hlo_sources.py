@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+from .hlo_text import string_field, unquoted_field
 from .hlo_walk import Node
 
 
@@ -48,9 +49,8 @@ def source_table(text: str) -> dict[int, tuple[str, int]]:
 def source_of(metadata: str, frames: dict[int, tuple[str, int]]) -> tuple:
     """(file, line) an op's ``metadata`` names: its stack frame's, or the older
     source_file/source_line pair; () if neither."""
-    m = re.search(r"stack_frame_id=(\d+)", metadata)
-    if m and int(m.group(1)) in frames:
-        return frames[int(m.group(1))]
-    f, l = re.search(r'source_file="([^"]*)"', metadata), re.search(r"source_line=(\d+)",
-                                                                   metadata)
-    return (f.group(1), int(l.group(1))) if f and l else ()
+    frame = unquoted_field(metadata, "stack_frame_id")
+    if frame is not None and frame.isdigit() and int(frame) in frames:
+        return frames[int(frame)]
+    f, line = string_field(metadata, "source_file"), unquoted_field(metadata, "source_line")
+    return (f, int(line)) if f is not None and line is not None and line.isdigit() else ()

@@ -10,7 +10,7 @@ from typing import Any, Optional
 import numpy as np
 
 from . import scalars
-from .hlo_text import Computation, Instr, ModelError, Shape
+from .hlo_text import Computation, Instr, ModelError, Shape, string_field
 
 
 class DataDependentLoop(ModelError):
@@ -281,8 +281,7 @@ class Flattener:
         deps = frozenset()
         for o in ops:
             deps |= self.all_deps(o)
-        meta = re.search(r'op_name="([^"]*)"', ins.attrs.get("metadata", ""))
-        label = meta.group(1) if meta else ins.name
+        label = string_field(ins.attrs.get("metadata", ""), "op_name") or ins.name
         outs = ins.type if isinstance(ins.type, list) else [ins.type]
         outs = [s for s in outs if isinstance(s, Shape)]
         op, inputs = simple_indexing(op, ins.attrs, [l for o in ops for l in self.leaves(o)])
@@ -369,8 +368,8 @@ class Flattener:
 
 def _where(comp: Computation, ins: Optional[Instr] = None) -> str:
     """Which loop a budget message is about: the while's op_name where known."""
-    meta = re.search(r'op_name="([^"]*)"', (ins.attrs.get("metadata", "") if ins else ""))
-    return f"the loop {meta.group(1)}" if meta else f"the loop whose body is {comp.name}"
+    name = string_field(ins.attrs.get("metadata", ""), "op_name") if ins else None
+    return f"the loop {name}" if name else f"the loop whose body is {comp.name}"
 
 
 def _size(comps: dict[str, Computation], name: str, _seen: Optional[dict] = None) -> int:
