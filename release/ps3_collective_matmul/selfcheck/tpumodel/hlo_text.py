@@ -145,22 +145,26 @@ def uncommented(line: str) -> str:
     return "".join(parts)
 
 
-def string_field(text: str, key: str) -> Optional[str]:
-    """The string ``key="..."`` of an attribute's ``text`` (``op_name`` of a ``metadata``), as
-    printed (escapes kept), or None; a ``key="`` inside another string is not it."""
-    for m in re.finditer(r'\b' + re.escape(key) + r'=(' + _STRING + r')|' + _STRING, text):
-        if m.group(1) is not None:
-            return m.group(1)[1:-1]
-    return None
-
-
-def unquoted_field(text: str, key: str) -> Optional[str]:
-    """The unquoted value of ``key=value`` in ``text`` outside its strings (``stack_frame_id``
-    of a ``metadata``), or None."""
-    for m in re.finditer(r'\b' + re.escape(key) + r'=([^\s,}"]+)|' + _STRING, text):
+def _field(text: str, key: str, value: str) -> Optional[str]:
+    """The first ``key=<value>`` of ``text`` outside its strings (a ``key=`` inside a string,
+    ``op_name="x stack_frame_id=9"``, is the string's), as printed, or None."""
+    for m in re.finditer(r"\b" + re.escape(key) + "=(" + value + ")|" + _STRING, text):
         if m.group(1) is not None:
             return m.group(1)
     return None
+
+
+def string_field(text: str, key: str) -> Optional[str]:
+    """The string ``key="..."`` of an attribute's ``text`` (``op_name`` of a ``metadata``),
+    without its quotes, escapes kept; None where there is none."""
+    found = _field(text, key, _STRING)
+    return None if found is None else found[1:-1]
+
+
+def unquoted_field(text: str, key: str) -> Optional[str]:
+    """The unquoted value of ``key=value`` in ``text`` (``stack_frame_id`` of a ``metadata``),
+    or None."""
+    return _field(text, key, r'[^\s,}"]+')
 
 
 _SHAPE = re.compile(r"^([a-z][a-z0-9]*)\[([0-9,\s]*)\]")
