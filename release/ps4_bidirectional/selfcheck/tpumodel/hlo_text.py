@@ -7,7 +7,7 @@ import functools
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import numpy as np
 
@@ -86,26 +86,24 @@ def _tokens(chars: str) -> re.Pattern:
     return re.compile(_STRING + "|[" + re.escape(chars) + '"]')
 
 
-def _unterminated() -> ModelError:
-    return ModelError("a string without its closing quote in the HLO text")
+def _outside_strings(text: str, chars: str, pos: int = 0) -> Iterator[re.Match]:
+    """Each of ``chars`` in ``text`` from ``pos`` that stands outside its strings (a string
+    skipped whole); a string without its closing quote is a :class:`ModelError`."""
+    for m in _tokens(chars).finditer(text, pos):
+        if m.group()[0] != '"':
+            yield m
+        elif len(m.group()) == 1:
+            raise ModelError("a string without its closing quote in the HLO text")
 
 
 def _match_skip(text: str, i: int, open_c: str, close_c: str) -> int:
     """The index just past the ``close_c`` that balances the first ``open_c`` from ``i`` (strings
     skipped whole)."""
     depth = 0
-    for m in _tokens(open_c + close_c).finditer(text, i):
-        c = m.group()
-        if c[0] == '"':
-            if len(c) == 1:
-                raise _unterminated()
-            continue
-        if c == open_c:
-            depth += 1
-        else:
-            depth -= 1
-            if depth == 0:
-                return m.end()
+    for m in _outside_strings(text, open_c + close_c, i):
+        depth += 1 if m.group() == open_c else -1
+        if depth == 0:
+            return m.end()
     raise ModelError("unbalanced brackets in HLO text")
 
 
@@ -115,12 +113,9 @@ def split_top(s: str, sep: str = ",") -> list[str]:
     if sep in '()[]{}"':
         raise ValueError(f"cannot split at {sep!r}")
     out, depth, start = [], 0, 0
-    for m in _tokens("()[]{}" + sep).finditer(s):
+    for m in _outside_strings(s, "()[]{}" + sep):
         c = m.group()
-        if c[0] == '"':
-            if len(c) == 1:
-                raise _unterminated()
-        elif c in "([{":
+        if c in "([{":
             depth += 1
         elif c in ")]}":
             depth -= 1
