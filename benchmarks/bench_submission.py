@@ -22,9 +22,12 @@ Beside each time it prints the floor measured in the same run: the distinct prog
 compiles for that assignment (one per signature and mesh: the numerics programs, the memory and
 the speed case), compiled here with the grader's own options, one after the other, and the
 ratio of the grading time to that floor; with ``--runs N`` it ends with each row's median over
-the runs (a single run may fall on a busy moment of a shared machine). The targets (the
-grading-cost issue): a complete submission at most 1.5x its floor, each assignment at most 2x,
-idle on a 2-core machine.
+the runs (a single run may fall on a busy moment of a shared machine). Each row says how many
+cores its processes kept busy (CPU seconds over wall-clock seconds; the floor's compiles too),
+and the complete submission's CPU seconds spread over every core of the machine give the least
+time any schedule of the same work can take ("every core busy"): what overlapping alone could
+reach, beside what the work itself costs. The targets (the grading-cost issue): a complete
+submission at most 1.5x its floor, each assignment at most 2x, idle on a 2-core machine.
 """
 from __future__ import annotations
 
@@ -48,9 +51,10 @@ from autograder.cli.main import grade_path  # noqa: E402
 from autograder.course import registry  # noqa: E402
 
 
-def compile_floor(asg: str, seed: int = 0) -> tuple[int, float]:
-    """(programs, seconds): the reference answers' distinct programs for ``asg``, exported here
-    (not timed) and compiled with the options grading uses (timed), one after the other."""
+def compile_floor(asg: str, seed: int = 0) -> tuple[int, float, float]:
+    """(programs, seconds, CPU seconds): the reference answers' distinct programs for ``asg``,
+    exported here (not timed) and compiled with the options grading uses (timed, with this
+    process's CPU meanwhile: XLA's compile threads included), one after the other."""
     import importlib.util
 
     from autograder.judge import grading
@@ -59,7 +63,7 @@ def compile_floor(asg: str, seed: int = 0) -> tuple[int, float]:
     spec = importlib.util.spec_from_file_location(f"floor_{asg}", ROOT / "solutions" / f"{asg}.py")
     sol = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(sol)
-    n, secs = 0, 0.0
+    n, secs, cpu = 0, 0.0, 0.0
     for p in registry.problems(asg):
         plan = grading.plan_for(p, seed=seed)
         replies = LocalExporter.of(p.name, getattr(sol, p.name)).export(plan.all_requests())
@@ -75,11 +79,12 @@ def compile_floor(asg: str, seed: int = 0) -> tuple[int, float]:
             seen.add(rid)
             mesh = grading.make_mesh(*layout)
             args = grading.place_args(p, case, mesh)
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), _self_cpu()
             programs.compiled(layout, case, args, kind)
             secs += time.perf_counter() - t0
+            cpu += _self_cpu() - c0
             n += 1
-    return n, secs
+    return n, secs, cpu
 
 
 #: the seed of the class the benchmark's submission belongs to (any fixed one will do)
@@ -150,18 +155,30 @@ def phase_table(records: list[dict], runs: int, title: str) -> None:
         print(f"  {k:45s} {v:6.1f}s {own.get(k, 0.0):6.1f}s {cpu.get(k, 0.0):6.1f}s")
 
 
+#: the cores this process may run on: what the grading's processes share
+CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def busy_bound(cpu_s: float) -> float:
+    """The seconds ``cpu_s`` CPU seconds take with every core busy: no schedule of the same
+    work is faster on this machine."""
+    return cpu_s / CORES
+
+
 def print_medians(figures: dict) -> None:
     """The median over the runs of each row's grading time, floor and ratio (each run's ratio
     is of one run's two figures; the median ratio is the middle of those, not a ratio of
-    medians): what to quote where one run's figure may be a busy moment's."""
+    medians), and of the ratio the same grading's CPU would give with every core busy
+    (:func:`busy_bound`): what to quote where one run's figure may be a busy moment's."""
     print(f"\nmedian of {len(next(iter(figures.values())))} runs (each ratio within its run):")
     for name, rows in figures.items():
         secs, floors = [r[0] for r in rows], [r[1] for r in rows]
-        ratios = [g / f for g, f in rows]
+        ratios = [g / f for g, f, _ in rows]
+        bounds = [busy_bound(c) / f for _, f, c in rows]
         each = ", ".join(f"{r:.2f}x" for r in ratios)
         print(f"  {name:24s} {statistics.median(secs):6.1f} s  floor "
               f"{statistics.median(floors):5.1f} s  {statistics.median(ratios):4.2f}x  "
-              f"(runs: {each})", flush=True)
+              f"(runs: {each}; every core busy: {statistics.median(bounds):4.2f}x)", flush=True)
 
 
 def main(argv=None) -> int:
@@ -229,7 +246,7 @@ def main(argv=None) -> int:
     figures: dict = defaultdict(list)
     for run in range(a.runs):
         total = total_cpu = 0.0
-        floor_n, floor_s = 0, 0.0
+        floor_n, floor_s, floor_cpu = 0, 0.0, 0.0
         for asg in a.assignment or registry.assignments():
             sol = ROOT / "solutions" / f"{asg}.py"
             start = _lines(trace)
@@ -266,22 +283,28 @@ def main(argv=None) -> int:
             failed += [f"{f.name} (a regrade: {f.regrade})" for f in res.functions.values()
                        if f.regrade]
             ok &= not failed
-            n, fs = compile_floor(asg, seed or 0)
-            floor_n, floor_s = floor_n + n, floor_s + fs
-            figures[asg].append((secs, fs))
+            n, fs, fc = compile_floor(asg, seed or 0)
+            floor_n, floor_s, floor_cpu = floor_n + n, floor_s + fs, floor_cpu + fc
+            figures[asg].append((secs, fs, cpu))
             print(f"run {run + 1}  {asg:24s} {secs:6.1f} s  ({cpu:5.1f} CPU s: judge "
                   f"{judge:4.1f}, sandbox {sandbox:4.1f}"
                   f"{'' if grouped else ' (no control group: a lower bound)'}, supervisor "
-                  f"{supervisor:4.1f})  "
-                  f"{res.score:g}/{res.max_score:g}  floor: {n:3d} programs {fs:5.1f} s, "
-                  f"{secs / fs:4.1f}x" + (f"  FAILED: {', '.join(failed)}" if failed else ""),
-                  flush=True)
+                  f"{supervisor:4.1f}; {cpu / secs:3.1f} cores busy)  "
+                  f"{res.score:g}/{res.max_score:g}  floor: {n:3d} programs {fs:5.1f} s "
+                  f"({fc / fs:3.1f} cores), {secs / fs:4.1f}x"
+                  + (f"  FAILED: {', '.join(failed)}" if failed else ""), flush=True)
         print(f"run {run + 1}  complete submission      {total:6.1f} s  ({total_cpu:5.1f} CPU s, "
-              "the grader's processes and the student's sandbox together)", flush=True)
+              "the grader's processes and the student's sandbox together: "
+              f"{total_cpu / total:.2f} of {CORES} cores busy)", flush=True)
         print(f"run {run + 1}  compile floor           {floor_s:6.1f} s  ({floor_n} distinct "
-              f"programs compiled here with grading's options; grading takes "
+              f"programs compiled here with grading's options, {floor_cpu:.1f} CPU s: "
+              f"{floor_cpu / floor_s:.2f} cores busy; grading takes "
               f"{total / floor_s:.1f}x its floor)", flush=True)
-        figures["complete submission"].append((total, floor_s))
+        print(f"run {run + 1}  every core busy         {busy_bound(total_cpu):6.1f} s  (the "
+              f"grading's CPU seconds over this machine's {CORES} cores, the least any "
+              f"schedule of the same work takes: {busy_bound(total_cpu) / floor_s:.2f}x the "
+              "floor)", flush=True)
+        figures["complete submission"].append((total, floor_s, total_cpu))
     if a.runs > 1:
         print_medians(figures)
     phase_table(all_records, a.runs, "per complete submission")
